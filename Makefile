@@ -1,0 +1,33 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+DEMO_RUN := runs/demo
+DEMO_OUT := demo-out
+
+.PHONY: demo test install clean
+
+install: $(STAMP)
+
+# Re-install only when the package's metadata changes; the install is
+# editable, so code changes need none.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	rm -rf $(DEMO_RUN)
+	$(BIN)/srgan train --config demo --set train.run_dir=$(DEMO_RUN)
+	$(BIN)/srgan samples $(DEMO_OUT)/photos > /dev/null
+	$(BIN)/srgan upscale $(DEMO_OUT)/photos/train/chelsea.png --checkpoint $(DEMO_RUN) --output $(DEMO_OUT) --force
+	$(BIN)/srgan compare $(DEMO_RUN) $(DEMO_OUT)/photos/val/immunohistochemistry.png --output $(DEMO_OUT)/comparison.png
+	@echo "look at: $(abspath $(DEMO_OUT)/comparison.png)  (bicubic | SR | original)"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(DEMO_RUN) $(DEMO_OUT) .pytest_cache
