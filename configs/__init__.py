@@ -1,0 +1,20 @@
+"""Configuration: the typed schema, the YAML presets beside it, and the loader."""
+from srgan.configs.errors import SrganError
+from srgan.configs.loader import (
+    config_from_dict,
+    config_to_dict,
+    config_to_yaml,
+    load_config,
+    preset_names,
+)
+from srgan.configs.schema import Config
+
+__all__ = [
+    "Config",
+    "SrganError",
+    "config_from_dict",
+    "config_to_dict",
+    "config_to_yaml",
+    "load_config",
+    "preset_names",
+]

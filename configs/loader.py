@@ -1,0 +1,249 @@
+"""YAML -> typed `Config`: presets by name or files by path, `--set`
+overrides, and every check a user's input needs, done once, here.
+
+Each error names the dotted key (and the file) and what was expected."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from srgan.configs.errors import SrganError
+from srgan.configs.schema import Config
+
+DEFAULT_PRESET = "demo"
+
+# The layers of torchvision's VGG `features`: conv layers per block.
+VGG_BLOCKS = {"vgg16": (2, 2, 3, 3, 3), "vgg19": (2, 2, 4, 4, 4)}
+
+
+def preset_names() -> list[str]:
+    folder = resources.files("srgan.configs")
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_config(source: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """A preset name or a YAML path (default: the demo preset), then `key.path=value` overrides."""
+    source = source or DEFAULT_PRESET
+    raw, origin, stem = _read_source(source)
+    raw.setdefault("name", stem)
+    config = config_from_dict(raw, origin)  # the file's own mistakes name the file
+    if not overrides:
+        return config
+    for item in overrides:
+        _apply_override(raw, item)
+    return config_from_dict(raw, "--set")
+
+
+def config_from_dict(raw: dict, origin: str = "config") -> Config:
+    """Type-check a plain dict (from YAML or a checkpoint) into a `Config`."""
+    config = _build(Config, raw, "", origin)
+    _check_values(config, origin)
+    return config
+
+
+def config_to_dict(config: Config) -> dict:
+    return dataclasses.asdict(config)
+
+
+def config_to_yaml(config: Config) -> str:
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False)
+
+
+def vgg_layer_count(network: str, layer: str) -> int | None:
+    """How many modules of VGG `features` to keep so that `layer` (conv3_4,
+    relu5_4, pool5, ...) is the last; None when the name does not exist."""
+    blocks = VGG_BLOCKS[network]
+    index = 0
+    for b, convs in enumerate(blocks, start=1):
+        for i in range(1, convs + 1):
+            if layer == f"conv{b}_{i}":
+                return index + 1
+            if layer == f"relu{b}_{i}":
+                return index + 2
+            index += 2
+        if layer == f"pool{b}":
+            return index + 1
+        index += 1
+    return None
+
+
+def _read_source(source: str) -> tuple[dict, str, str]:
+    path = Path(source)
+    looks_like_path = path.suffix in (".yaml", ".yml") or "/" in source or path.is_file()
+    if not looks_like_path:
+        names = preset_names()
+        if source not in names:
+            hint = _closest(source, names)
+            raise SrganError(
+                f"--config: no preset named {source!r}{hint}; presets are {', '.join(names)}, "
+                "or give the path of a YAML file"
+            )
+        path = Path(str(resources.files("srgan.configs") / f"{source}.yaml"))
+    if not path.is_file():
+        raise SrganError(f"--config: {source}: no such file")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise SrganError(f"{path}:{where}: {problem}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SrganError(f"{path}: cannot be read ({error})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise SrganError(f"{path}: expected a mapping of config sections, got {type(raw).__name__}")
+    return raw, str(path), path.stem
+
+
+def _apply_override(raw: dict, item: str) -> None:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise SrganError(f"--set {item!r}: expected key.path=value, e.g. --set train.epochs=5")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text  # not a YAML scalar: take it as a plain string
+    node = raw
+    parts = key.split(".")
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise SrganError(f"--set {key}: {'.'.join(parts[: depth + 1])} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _closest(name: str, options: typing.Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def _build(cls: type, raw: Any, prefix: str, origin: str):
+    where = prefix.rstrip(".") or "the top level"
+    if not isinstance(raw, dict):
+        raise SrganError(f"{origin}: {where}: expected a mapping, got {_show(raw)}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in raw:
+        if key not in hints:
+            raise SrganError(
+                f"{origin}: unknown key {prefix}{key}{_closest(str(key), names)}; "
+                f"valid keys here: {', '.join(names)}"
+            )
+    values = {}
+    for name in names:
+        if name in raw:
+            values[name] = _convert(hints[name], raw[name], prefix + name, origin)
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, key: str, origin: str):
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, key + ".", origin)
+    origin_type = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin_type in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value, key, origin)
+    if origin_type is Literal:
+        if value not in args or isinstance(value, bool):
+            choices = ", ".join(str(a) for a in args)
+            raise SrganError(f"{origin}: {key}: expected one of {choices}, got {_show(value)}")
+        return value
+    if origin_type is list:
+        if not isinstance(value, list):
+            raise SrganError(f"{origin}: {key}: expected a list, got {_show(value)}")
+        return [_convert(args[0], v, f"{key}[{i}]", origin) for i, v in enumerate(value)]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise SrganError(f"{origin}: {key}: expected true or false, got {_show(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SrganError(f"{origin}: {key}: expected an integer, got {_show(value)}")
+        return value
+    if hint is float:
+        # PyYAML reads 1e-4 (no dot) as a string: accept any text float() reads.
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SrganError(f"{origin}: {key}: expected a number, got {_show(value)}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise SrganError(f"{origin}: {key}: expected a string, got {_show(value)}")
+        return value
+    raise TypeError(f"unsupported config type {hint!r} for {key}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _check_values(c: Config, origin: str) -> None:
+    def need(ok: bool, key: str, expected: str, got: Any) -> None:
+        if not ok:
+            raise SrganError(f"{origin}: {key}: expected {expected}, got {got!r}")
+
+    need(c.name.strip() != "" and "/" not in c.name, "name", "a non-empty name without '/'", c.name)
+    need(c.model.blocks >= 1, "model.blocks", "at least 1", c.model.blocks)
+    need(c.model.channels >= 1, "model.channels", "at least 1", c.model.channels)
+    need(c.model.d_channels >= 1, "model.d_channels", "at least 1", c.model.d_channels)
+    need(c.data.train != "", "data.train", "a folder or builtin:samples", c.data.train)
+    need(c.data.val != "", "data.val", "a folder, builtin:samples or null", c.data.val)
+    need(c.data.crop_size >= c.model.scale, "data.crop_size", f"at least model.scale ({c.model.scale})",
+         c.data.crop_size)
+    need(c.data.crop_size % c.model.scale == 0, "data.crop_size",
+         f"a multiple of model.scale ({c.model.scale})", c.data.crop_size)
+    need(c.data.batch_size >= 1, "data.batch_size", "at least 1", c.data.batch_size)
+    need(c.data.workers >= 0, "data.workers", "0 or more", c.data.workers)
+    need(c.data.repeat >= 1, "data.repeat", "at least 1", c.data.repeat)
+    need(c.data.val_max_size >= 0, "data.val_max_size", "0 (no cap) or more", c.data.val_max_size)
+    for term in ("image", "adversarial", "perceptual", "tv"):
+        weight = getattr(c.loss.weights, term)
+        need(weight >= 0, f"loss.weights.{term}", "a weight of 0 or more", weight)
+    network, layer = c.loss.perceptual.network, c.loss.perceptual.layer
+    if vgg_layer_count(network, layer) is None:
+        blocks = len(VGG_BLOCKS[network])
+        last = VGG_BLOCKS[network][-1]
+        raise SrganError(
+            f"{origin}: loss.perceptual.layer: expected a {network} layer such as relu5_{last}, "
+            f"conv2_2 or pool{blocks}, got {layer!r}"
+        )
+    need(c.loss.perceptual.weights != "", "loss.perceptual.weights", "imagenet, auto, none or a file path",
+         c.loss.perceptual.weights)
+    t = c.train
+    need(t.epochs >= 1, "train.epochs", "at least 1", t.epochs)
+    need(t.max_steps >= 0, "train.max_steps", "0 (no limit) or more", t.max_steps)
+    need(t.pretrain_steps >= 0, "train.pretrain_steps", "0 or more", t.pretrain_steps)
+    need(t.lr_g > 0, "train.lr_g", "a positive learning rate", t.lr_g)
+    need(t.lr_d > 0, "train.lr_d", "a positive learning rate", t.lr_d)
+    need(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas",
+         "two numbers in [0, 1)", t.betas)
+    milestones = t.lr_schedule.milestones
+    need(all(m >= 1 for m in milestones) and milestones == sorted(set(milestones)), "train.lr_schedule.milestones",
+         "increasing step numbers of at least 1", milestones)
+    need(t.lr_schedule.gamma > 0, "train.lr_schedule.gamma", "a positive factor", t.lr_schedule.gamma)
+    need(t.log_every >= 1, "train.log_every", "at least 1", t.log_every)
+    need(t.checkpoint_every >= 1, "train.checkpoint_every", "at least 1 (epochs)", t.checkpoint_every)

@@ -1,0 +1,110 @@
+"""The typed configuration: every choice of a run, with the paper's SRGAN
+settings as defaults. The loader (`srgan.configs.loader`) checks a YAML
+document against these dataclasses once; the rest of the program trusts them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass
+class ModelConfig:
+    scale: Literal[2, 4, 8] = 4
+    blocks: int = 16  # residual blocks in the generator
+    channels: int = 64  # feature channels of the generator
+    d_channels: int = 64  # the discriminator's first width (64 .. 8x64 in the paper)
+    # A checkpoint (or run folder) whose generator weights start this run,
+    # e.g. a trained SRResNet before the GAN phase.
+    init_from: str | None = None
+
+
+@dataclass
+class DataConfig:
+    # A folder of images (searched recursively) or `builtin:samples`.
+    train: str = "builtin:samples"
+    # As `train`; null turns validation off.
+    val: str | None = "builtin:samples"
+    crop_size: int = 96  # HR crop side; a multiple of model.scale
+    batch_size: int = 16
+    workers: int = 2  # DataLoader worker processes; 0 loads in the training process
+    # Random crops taken from every training image per epoch (BasicSR's
+    # dataset_enlarge_ratio): small folders still give full epochs.
+    repeat: int = 1
+    # Validation images are centre-cropped to at most this many HR pixels a
+    # side (0 = whole image), which bounds validation time on big photos.
+    val_max_size: int = 0
+
+
+@dataclass
+class LossWeights:
+    image: float = 0.0
+    adversarial: float = 1e-3
+    perceptual: float = 6e-3
+    tv: float = 0.0
+
+
+@dataclass
+class PerceptualConfig:
+    network: Literal["vgg16", "vgg19"] = "vgg19"
+    # conv<b>_<i>, relu<b>_<i> or pool<b>: the last VGG layer kept, e.g.
+    # relu5_4 (the paper's phi_5,4) or pool5 (leftthomas' features[:31]).
+    layer: str = "relu5_4"
+    # imagenet: torchvision's weights (cache or download), refuse to run without;
+    # auto: imagenet if loadable, else random features with a warning;
+    # none: random features; anything else: a state-dict file.
+    weights: str = "imagenet"
+
+
+@dataclass
+class LossConfig:
+    image: Literal["mse", "l1"] = "mse"
+    weights: LossWeights = field(default_factory=LossWeights)
+    perceptual: PerceptualConfig = field(default_factory=PerceptualConfig)
+
+
+@dataclass
+class GanConfig:
+    # bce: the paper's -log D(x) - log(1 - D(G(z))) (and -log D(G(z)) for G);
+    # linear: 1 - D(x) + D(G(z)) (and 1 - D(G(z)) for G), as leftthomas/SRGAN.
+    d_loss: Literal["bce", "linear"] = "bce"
+    # retain_graph: d_loss.backward(retain_graph=True) through D(G(z));
+    # detach: D(G(z).detach()). The same mathematics either way.
+    update: Literal["retain_graph", "detach"] = "retain_graph"
+
+
+@dataclass
+class LrSchedule:
+    # Steps at which both learning rates are multiplied by `gamma`, e.g. the
+    # paper's SRGAN: 1e-4, then 1e-5 for the second half.
+    milestones: list[int] = field(default_factory=list)
+    gamma: float = 0.1
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 100
+    max_steps: int = 0  # 0 = no limit; otherwise the run stops after this many steps
+    # Steps of the generator alone on the image loss before the GAN phase
+    # (the paper's SRResNet initialisation, in the same run).
+    pretrain_steps: int = 0
+    lr_g: float = 1e-4
+    lr_d: float = 1e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # Adam's
+    lr_schedule: LrSchedule = field(default_factory=LrSchedule)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # auto: bf16 autocast where the device runs bf16 fast, else fp32.
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    seed: int = 0
+    log_every: int = 10  # steps between logged rows (and progress-bar updates)
+    checkpoint_every: int = 1  # epochs between kept checkpoints/epoch_NNN.pt
+    run_dir: str = ""  # empty: runs/<name>-<timestamp>
+
+
+@dataclass
+class Config:
+    name: str = "srgan"  # names the run folder
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    gan: GanConfig = field(default_factory=GanConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)

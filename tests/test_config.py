@@ -1,0 +1,115 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from srgan.configs import Config, SrganError, config_from_dict, config_to_dict, load_config, preset_names
+from srgan.configs.loader import vgg_layer_count
+
+
+def test_presets_are_listed():
+    assert set(preset_names()) >= {"demo", "srresnet_x4", "srgan_x4", "leftthomas_x4"}
+
+
+def test_no_config_means_demo():
+    assert load_config(None).name == "demo"
+
+
+@pytest.mark.parametrize("name", ["demo", "srresnet_x4", "srgan_x4", "leftthomas_x4"])
+def test_every_preset_spells_out_every_key(name):
+    """Every choice lives in the YAML: a preset lists each key of the schema."""
+    from importlib import resources
+
+    raw = yaml.safe_load((resources.files("srgan.configs") / f"{name}.yaml").read_text())
+
+    def keys(d, prefix=""):
+        out = set()
+        for k, v in d.items():
+            out |= keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
+        return out
+
+    assert keys(raw) == keys(config_to_dict(Config()))
+
+
+def test_paper_and_leftthomas_settings():
+    paper = load_config("srgan_x4")
+    assert (paper.model.blocks, paper.data.crop_size, paper.data.batch_size) == (16, 96, 16)
+    assert paper.train.lr_g == 1e-4 and paper.loss.perceptual.network == "vgg19"
+    assert paper.train.lr_schedule.milestones == [100000] and paper.train.max_steps == 200000
+    assert load_config("srresnet_x4").loss.weights.adversarial == 0
+    lt = load_config("leftthomas_x4")
+    assert (lt.model.blocks, lt.data.crop_size, lt.data.batch_size, lt.train.lr_g) == (5, 88, 64, 1e-3)
+    assert (lt.loss.perceptual.network, lt.loss.perceptual.layer) == ("vgg16", "pool5")
+    assert vgg_layer_count("vgg16", "pool5") == 31  # leftthomas' features[:31]
+    assert vgg_layer_count("vgg19", "relu5_4") == 36
+    w = lt.loss.weights
+    assert (w.image, w.adversarial, w.perceptual, w.tv) == (1.0, 0.001, 0.006, 2e-8)
+    assert lt.gan.d_loss == "linear"
+
+
+def test_overrides_are_yaml_scalars():
+    c = load_config("demo", ["train.epochs=3", "data.val=null", "train.lr_g=2e-4", "gan.update=detach",
+                             "train.betas=[0.5, 0.9]"])
+    assert c.train.epochs == 3 and c.data.val is None and c.train.lr_g == 2e-4
+    assert c.gan.update == "detach" and c.train.betas == [0.5, 0.9]
+
+
+def test_a_file_by_path_with_its_stem_as_name(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("model:\n  scale: 2\ndata:\n  crop_size: 48\n")
+    c = load_config(str(path))
+    assert c.name == "mine" and c.model.scale == 2 and c.model.blocks == 16  # defaults fill the rest
+
+
+def test_unknown_key_names_the_dotted_path_and_the_closest_name():
+    with pytest.raises(SrganError, match=r"unknown key model\.sclae \(did you mean 'scale'\?\)"):
+        load_config("demo", ["model.sclae=4"])
+
+
+def test_unknown_key_in_a_file_names_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("train:\n  epoch: 3\n")
+    with pytest.raises(SrganError, match=r"bad\.yaml: unknown key train\.epoch \(did you mean 'epochs'\?\)"):
+        load_config(str(path))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.epochs=many", r"train\.epochs: expected an integer, got 'many'"),
+        ("train.lr_g=fast", r"train\.lr_g: expected a number, got 'fast'"),
+        ("model.scale=3", r"model\.scale: expected one of 2, 4, 8, got 3"),
+        ("loss.image=l3", r"loss\.image: expected one of mse, l1, got 'l3'"),
+        ("data.crop_size=66", r"data\.crop_size: expected a multiple of model\.scale \(4\), got 66"),
+        ("loss.perceptual.layer=relu9_9", r"loss\.perceptual\.layer: expected a vgg16 layer"),
+        ("train.epochs=true", r"train\.epochs: expected an integer, got True"),
+        ("data=3", r"data: expected a mapping"),
+    ],
+)
+def test_wrong_values_name_key_expectation_and_value(override, message):
+    with pytest.raises(SrganError, match=message):
+        load_config("demo", [override])
+
+
+def test_override_needs_an_equals_sign():
+    with pytest.raises(SrganError, match=r"expected key\.path=value"):
+        load_config("demo", ["train.epochs"])
+
+
+def test_unknown_preset_suggests_one():
+    with pytest.raises(SrganError, match=r"no preset named 'dmeo' \(did you mean 'demo'\?\)"):
+        load_config("dmeo")
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("model:\n  scale: [4\n")
+    with pytest.raises(SrganError, match=r"broken\.yaml: line \d"):
+        load_config(str(path))
+
+
+def test_round_trip_through_a_plain_dict():
+    c = load_config("leftthomas_x4", ["model.scale=8", "data.crop_size=96"])
+    assert config_from_dict(config_to_dict(c)) == c
+    assert dataclasses.asdict(c)["model"]["scale"] == 8
