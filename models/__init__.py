@@ -1,0 +1,22 @@
+"""The networks (SRResNet generator, discriminator), their checkpoints, and
+the device/precision they run in."""
+from srgan.models.checkpoint import (
+    generator_from_checkpoint,
+    load_checkpoint,
+    resolve_checkpoint_path,
+    save_checkpoint,
+)
+from srgan.models.discriminator import Discriminator
+from srgan.models.generator import Generator
+from srgan.models.runtime import Runtime, resolve_runtime
+
+__all__ = [
+    "Discriminator",
+    "Generator",
+    "Runtime",
+    "generator_from_checkpoint",
+    "load_checkpoint",
+    "resolve_checkpoint_path",
+    "resolve_runtime",
+    "save_checkpoint",
+]

@@ -1,0 +1,38 @@
+"""The SRGAN discriminator (Ledig et al. 2017, fig. 4)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Discriminator(nn.Module):
+    """Eight 3x3 convs, 64 to 512 channels, stride 2 on every second; BN on
+    all but the first; LeakyReLU(0.2); then dense 1024 and one logit per
+    image. Global average pooling before the dense layers (as the widely
+    used PyTorch port) lets it judge crops of any size."""
+
+    def __init__(self, channels: int = 64):
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for i, (c_out, stride) in enumerate(
+            [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1), (8, 2)]
+        ):
+            c_out *= channels
+            layers.append(nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1))
+            if i > 0:
+                layers.append(nn.BatchNorm2d(c_out))
+            layers.append(nn.LeakyReLU(0.2))
+            c_in = c_out
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(c_in, 1024),
+            nn.LeakyReLU(0.2),
+            nn.Linear(1024, 1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """A logit per image, shape (N,): sigmoid of it is D(x)."""
+        return self.classifier(self.features(x)).squeeze(1)

@@ -1,0 +1,69 @@
+"""Where and in which precision the networks run: `auto` resolved once, the
+same rules for training and upscaling."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from srgan.configs.errors import SrganError
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    device: torch.device
+    precision: str  # fp32, bf16 or fp16, never auto
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Mixed precision for the forward passes; a no-op in fp32."""
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=_DTYPES[self.precision])
+
+    def describe(self) -> str:
+        if self.device.type == "cuda":
+            where = f"cuda ({torch.cuda.get_device_name(self.device)})"
+        else:
+            where = f"cpu ({torch.get_num_threads()} threads)"
+        return f"device {where}, precision {self.precision}"
+
+
+def resolve_runtime(device: str = "auto", precision: str = "auto") -> Runtime:
+    """`device` auto: CUDA when available. `precision` auto: bf16 where the
+    device runs it fast (CUDA with bf16 support, a CPU with AMX or
+    AVX512-BF16), else fp32. fp16 is CUDA only (CPU fp16 is slow and lossy)."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SrganError("device cuda: no CUDA device is available (use auto or cpu)")
+    chosen = torch.device("cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu")
+    if precision == "fp16" and chosen.type != "cuda":
+        raise SrganError("precision fp16: needs a CUDA device (use auto, fp32 or bf16 on the CPU)")
+    if precision == "bf16" and chosen.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise SrganError("precision bf16: this GPU does not support bf16 (use fp16 or fp32)")
+    if precision == "auto":
+        precision = "bf16" if fast_bf16(chosen) else "fp32"
+    return Runtime(chosen, precision)
+
+
+def fast_bf16(device: torch.device) -> bool:
+    """Whether bf16 matrix work is fast here (not merely emulated)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return cpu_has_bf16_units()
+
+
+def cpu_has_bf16_units() -> bool:
+    """AMX tiles or AVX512-BF16 instructions, which oneDNN uses for bf16 convolutions."""
+    cpu = getattr(torch, "cpu", None)
+    for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        check = getattr(cpu, probe, None)
+        if check is not None and check():
+            return True
+    try:  # older torch without the probes: read the kernel's flags
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
