@@ -1,0 +1,16 @@
+"""The generator's and discriminator's objectives."""
+from srgan.losses.adversarial import discriminator_loss, generator_adversarial_loss
+from srgan.losses.criterion import GeneratorCriterion
+from srgan.losses.perceptual import VGGFeatures, build_vgg_features, perceptual_loss
+from srgan.losses.pixel import image_loss, tv_loss
+
+__all__ = [
+    "GeneratorCriterion",
+    "VGGFeatures",
+    "build_vgg_features",
+    "discriminator_loss",
+    "generator_adversarial_loss",
+    "image_loss",
+    "perceptual_loss",
+    "tv_loss",
+]

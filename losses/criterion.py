@@ -1,0 +1,49 @@
+"""GeneratorCriterion: the generator's objective, a weighted sum of image,
+adversarial, perceptual (VGG) and total-variation terms."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from srgan.configs.schema import LossConfig
+from srgan.losses.adversarial import generator_adversarial_loss
+from srgan.losses.perceptual import VGGFeatures, build_vgg_features, perceptual_loss
+from srgan.losses.pixel import image_loss, tv_loss
+
+
+class GeneratorCriterion(nn.Module):
+    """Returns the weighted total and each unweighted term. Terms weighted 0
+    are not computed (and the VGG is not built when perceptual is 0)."""
+
+    def __init__(self, config: LossConfig, d_loss: str, vgg: VGGFeatures | None = None):
+        super().__init__()
+        self.image_kind = config.image
+        self.adversarial_kind = d_loss
+        self.weights = {
+            "image": config.weights.image,
+            "adversarial": config.weights.adversarial,
+            "perceptual": config.weights.perceptual,
+            "tv": config.weights.tv,
+        }
+        if self.weights["perceptual"] > 0 and vgg is None:
+            vgg = build_vgg_features(config.perceptual)
+        self.vgg = vgg if self.weights["perceptual"] > 0 else None
+
+    def forward(
+        self, sr: torch.Tensor, hr: torch.Tensor, fake_logit: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """`fake_logit` is D(G(z)) under the current D; None leaves the
+        adversarial term out (the generator-only pretraining phase)."""
+        terms: dict[str, torch.Tensor] = {}
+        if self.weights["image"] > 0:
+            terms["image"] = image_loss(sr.float(), hr, self.image_kind)
+        if self.weights["adversarial"] > 0 and fake_logit is not None:
+            terms["adversarial"] = generator_adversarial_loss(fake_logit, self.adversarial_kind)
+        if self.vgg is not None:
+            terms["perceptual"] = perceptual_loss(self.vgg, sr, hr)
+        if self.weights["tv"] > 0:
+            terms["tv"] = tv_loss(sr.float())
+        total = sum(self.weights[name] * value for name, value in terms.items())
+        if not terms:
+            total = sr.sum() * 0.0  # every weight 0: a zero loss that still backpropagates
+        return total, terms

@@ -1,0 +1,132 @@
+"""The VGG perceptual loss: MSE between frozen VGG feature maps of SR and HR."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+from srgan.configs.errors import SrganError
+from srgan.configs.loader import VGG_BLOCKS, vgg_layer_count
+from srgan.configs.schema import PerceptualConfig
+
+log = logging.getLogger("srgan")
+
+_IMAGENET_WEIGHTS = {
+    "vgg16": torchvision.models.VGG16_Weights.IMAGENET1K_V1,
+    "vgg19": torchvision.models.VGG19_Weights.IMAGENET1K_V1,
+}
+_WIDTHS = (64, 128, 256, 512, 512)
+
+
+def vgg_features(network: str, count: int) -> nn.Sequential:
+    """The first `count` modules of torchvision's VGG `features`, laid out
+    (and indexed) the same, so its state dicts load; the 100M-parameter
+    classifier is never built."""
+    layers: list[nn.Module] = []
+    c_in = 3
+    for convs, width in zip(VGG_BLOCKS[network], _WIDTHS):
+        for _ in range(convs):
+            layers += [nn.Conv2d(c_in, width, 3, padding=1), nn.ReLU(inplace=True)]
+            c_in = width
+        layers.append(nn.MaxPool2d(2, 2))
+    return nn.Sequential(*layers[:count])
+
+
+class VGGFeatures(nn.Module):
+    """VGG `features` up to a named layer, frozen, always in eval mode, on
+    images in [0, 1] (ImageNet normalisation is applied here)."""
+
+    def __init__(self, network: str, layer: str, state_dict: dict[str, torch.Tensor] | None):
+        super().__init__()
+        count = vgg_layer_count(network, layer)
+        self.features = vgg_features(network, count)
+        if state_dict is not None:
+            self.features.load_state_dict(state_dict)
+        self.features.requires_grad_(False)
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
+        self.eval()
+
+    def train(self, mode: bool = True) -> "VGGFeatures":
+        return super().train(False)  # a fixed feature extractor: never train mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features((x - self.mean) / self.std)
+
+
+def perceptual_loss(features: VGGFeatures, sr: torch.Tensor, hr: torch.Tensor) -> torch.Tensor:
+    """MSE of feature maps; the HR branch needs no graph."""
+    with torch.no_grad():
+        target = features(hr)
+    return F.mse_loss(features(sr).float(), target.float())
+
+
+def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
+    """The feature network the config asks for; raises SrganError when
+    `weights: imagenet` cannot be had, naming the alternatives."""
+    count = vgg_layer_count(config.network, config.layer)
+    choice = config.weights
+    if choice == "none":
+        return VGGFeatures(config.network, config.layer, None)
+    if choice in ("imagenet", "auto"):
+        weights = _IMAGENET_WEIGHTS[config.network]
+        cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
+        if choice == "auto" and not cached.is_file():
+            log.warning(
+                "loss.perceptual.weights: auto: no ImageNet %s weights in %s; the perceptual loss uses "
+                "randomly initialised features (put %s there for the real thing)",
+                config.network, cached.parent, cached.name,
+            )
+            return VGGFeatures(config.network, config.layer, None)
+        try:
+            full = weights.get_state_dict(progress=False)  # the cache, else a download
+        except Exception as error:  # a download can fail in many ways; all mean the same here
+            raise SrganError(
+                f"loss.perceptual.weights: imagenet: {config.network} ImageNet weights are not in {cached} "
+                f"and could not be downloaded ({error.__class__.__name__}: {error}); put the file there, "
+                "or set loss.perceptual.weights to auto (random features when missing), none, "
+                "or the path of a VGG state dict"
+            ) from None
+        return _with_weights(config, _features_part(full, count, str(cached)), str(cached))
+    path = Path(choice)
+    if not path.is_file():
+        raise SrganError(
+            f"loss.perceptual.weights: {choice}: no such file (expected imagenet, auto, none or a state-dict path)"
+        )
+    try:
+        full = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise SrganError(f"loss.perceptual.weights: {path}: not a readable state dict ({error})") from None
+    return _with_weights(config, _features_part(full, count, str(path)), str(path))
+
+
+def _with_weights(config: PerceptualConfig, state: dict[str, torch.Tensor], origin: str) -> VGGFeatures:
+    try:
+        return VGGFeatures(config.network, config.layer, state)
+    except RuntimeError as error:  # missing keys or wrong shapes
+        first = str(error).strip().splitlines()[0]
+        raise SrganError(
+            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {config.layer} ({first})"
+        ) from None
+
+
+def _features_part(state: object, count: int, origin: str) -> dict[str, torch.Tensor]:
+    """The tensors of features[:count], from a whole VGG state dict
+    (features.N.weight ...) or one of `features` alone (N.weight ...)."""
+    if not isinstance(state, dict):
+        raise SrganError(f"loss.perceptual.weights: {origin}: expected a state dict")
+    if any(str(k).startswith("features.") for k in state):
+        state = {k[len("features."):]: v for k, v in state.items() if k.startswith("features.")}
+    wanted = {}
+    for key, value in state.items():
+        head = str(key).split(".")[0]
+        if head.isdigit() and int(head) < count:
+            wanted[key] = value
+    if not wanted:
+        raise SrganError(f"loss.perceptual.weights: {origin}: holds no VGG feature weights")
+    return wanted
