@@ -1,0 +1,173 @@
+"""Image folders -> (lr, hr) tensors in [0, 1]: random crops, flips and
+90-degree turns for training, centre crops for validation; the LR made by
+bicubic downscaling (PIL's, the literature's convention) on the fly.
+
+Training samples are addressed by (epoch, index) and their randomness is
+drawn from (seed, epoch, index) alone, so a batch is the same whatever the
+number of workers and a resumed run sees the very crops it would have seen."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset, Sampler
+
+from srgan.configs.errors import SrganError
+from srgan.data.images import find_images, image_size, load_rgb8
+from srgan.data.samples import BUILTIN_SAMPLES, TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
+
+log = logging.getLogger("srgan")
+
+# Decoded training images are kept in memory when they fit in this (bytes).
+CACHE_LIMIT = 512 * 1024**2
+
+
+def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
+    """The usable image files of a `data.train`/`data.val` value: a folder, or
+    builtin:samples. Files that are not images or are smaller than
+    `min_side` are skipped with one warning each."""
+    if spec == BUILTIN_SAMPLES:
+        candidates = sample_paths(TRAIN_SAMPLES if key == "data.train" else VAL_SAMPLES)
+    else:
+        folder = Path(spec).expanduser()
+        if not folder.is_dir():
+            raise SrganError(f"{key}: {spec}: no such folder (expected a folder of images or {BUILTIN_SAMPLES})")
+        candidates = find_images(folder)
+    usable = []
+    for path in candidates:
+        try:
+            width, height = image_size(path)
+        except Exception as error:  # PIL raises many types for a broken file
+            log.warning("skipping %s: cannot be decoded (%s)", path, error.__class__.__name__)
+            continue
+        if min(width, height) < min_side:
+            log.warning("skipping %s: %dx%d is smaller than %d px", path, width, height, min_side)
+            continue
+        usable.append(path)
+    if not usable:
+        raise SrganError(f"{key}: {spec}: no usable image (png, jpg, jpeg, bmp, webp, tif) of at least {min_side} px")
+    return usable
+
+
+def bicubic_downscale(hr: np.ndarray, scale: int) -> np.ndarray:
+    """HxWx3 uint8 -> (H/scale)x(W/scale)x3 uint8 with PIL's bicubic (antialiased)."""
+    height, width = hr.shape[:2]
+    image = Image.fromarray(hr).resize((width // scale, height // scale), Image.BICUBIC)
+    return np.asarray(image)
+
+
+def to_tensor(image: np.ndarray) -> torch.Tensor:
+    """HxWx3 uint8 -> 3xHxW float32 in [0, 1]."""
+    return torch.from_numpy(np.array(image)).permute(2, 0, 1).float().div_(255)
+
+
+class TrainPairs(Dataset):
+    """Random (lr, hr) crops, `repeat` per image per epoch, keyed by (epoch, index)."""
+
+    def __init__(self, paths: list[Path], crop_size: int, scale: int, repeat: int, seed: int):
+        self.paths, self.crop_size, self.scale = paths, crop_size, scale
+        self.repeat, self.seed = repeat, seed
+        total = 0
+        for path in paths:
+            width, height = image_size(path)
+            total += width * height * 3
+        self._cache: list[np.ndarray] | None = None
+        if total <= CACHE_LIMIT:
+            # Small sets are decoded once (DataLoader workers share the arrays),
+            # which also finds every file that is broken past its header.
+            self._cache, kept = [], []
+            for path in paths:
+                try:
+                    self._cache.append(load_rgb8(path))
+                    kept.append(path)
+                except Exception as error:
+                    log.warning("skipping %s: cannot be decoded (%s)", path, error.__class__.__name__)
+            if not kept:
+                raise SrganError(f"data.train: none of the {len(paths)} images can be decoded")
+            self.paths = kept
+
+    def __len__(self) -> int:
+        return len(self.paths) * self.repeat
+
+    def _image(self, i: int) -> np.ndarray:
+        if self._cache is not None:
+            return self._cache[i]
+        try:
+            return load_rgb8(self.paths[i])
+        except Exception as error:  # a file broken past its header: take its neighbour
+            log.warning("skipping %s: cannot be decoded (%s)", self.paths[i], error.__class__.__name__)
+            return load_rgb8(self.paths[(i + 1) % len(self.paths)])
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        epoch, index = key
+        rng = np.random.default_rng((self.seed, epoch, index))
+        image = self._image(index % len(self.paths))
+        height, width = image.shape[:2]
+        c = self.crop_size
+        top = int(rng.integers(0, height - c + 1))
+        left = int(rng.integers(0, width - c + 1))
+        hr = image[top : top + c, left : left + c]
+        if rng.random() < 0.5:
+            hr = hr[:, ::-1]
+        if rng.random() < 0.5:
+            hr = hr[::-1, :]
+        hr = np.rot90(hr, k=int(rng.integers(0, 4)))
+        hr = np.ascontiguousarray(hr)
+        return to_tensor(bicubic_downscale(hr, self.scale)), to_tensor(hr)
+
+
+class EpochSampler(Sampler):
+    """Yields (epoch, index) keys: a fresh permutation every epoch from
+    (seed, epoch), `steps * batch_size` of them (a set smaller than one batch
+    is cycled), starting `skip_batches` in for a resumed epoch."""
+
+    def __init__(self, size: int, batch_size: int, seed: int):
+        self.size, self.batch_size, self.seed = size, batch_size, seed
+        self.epoch, self.skip_batches = 0, 0
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, self.size // self.batch_size)
+
+    def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
+        self.epoch, self.skip_batches = epoch, skip_batches
+
+    def __len__(self) -> int:
+        return (self.steps_per_epoch - self.skip_batches) * self.batch_size
+
+    def __iter__(self):
+        rng = np.random.default_rng((self.seed, self.epoch))
+        needed = self.steps_per_epoch * self.batch_size
+        rounds = -(-needed // self.size)  # ceil: a set smaller than a batch is cycled
+        order = np.concatenate([rng.permutation(self.size) for _ in range(rounds)])
+        for index in order[self.skip_batches * self.batch_size : needed].tolist():
+            yield (self.epoch, index)
+
+
+class ValImages(Dataset):
+    """Whole validation images (centre-cropped to a multiple of the scale,
+    and to `max_size` a side when set): (name, lr, hr)."""
+
+    def __init__(self, paths: list[Path], scale: int, max_size: int = 0):
+        self.paths, self.scale, self.max_size = paths, scale, max_size
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[str, torch.Tensor, torch.Tensor]:
+        hr = centre_crop(load_rgb8(self.paths[i]), self.scale, self.max_size)
+        return self.paths[i].stem, to_tensor(bicubic_downscale(hr, self.scale)), to_tensor(hr)
+
+
+def centre_crop(image: np.ndarray, scale: int, max_size: int = 0) -> np.ndarray:
+    """The centred region whose sides are multiples of `scale` (at most `max_size`)."""
+    height, width = image.shape[:2]
+    new_h, new_w = height - height % scale, width - width % scale
+    if max_size:
+        cap = max_size - max_size % scale
+        new_h, new_w = min(new_h, cap), min(new_w, cap)
+    top, left = (height - new_h) // 2, (width - new_w) // 2
+    return image[top : top + new_h, left : left + new_w]

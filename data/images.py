@@ -1,0 +1,48 @@
+"""Finding image files and decoding them to 8-bit RGB arrays."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def find_images(folder: Path) -> list[Path]:
+    """Every file below `folder` with an image extension, in a stable order."""
+    return sorted(
+        p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()
+    )
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """(width, height) from the header, after EXIF orientation; raises on a non-image."""
+    with Image.open(path) as im:
+        width, height = im.size
+        orientation = im.getexif().get(0x0112, 1)  # 5..8 turn the picture by 90 degrees
+    return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+
+
+def load_rgb8(path: Path) -> np.ndarray:
+    """Decode to an HxWx3 uint8 array, upright per EXIF, whatever the mode:
+    grayscale, palette, RGBA (alpha dropped), CMYK, 16-bit."""
+    with Image.open(path) as im:
+        im = ImageOps.exif_transpose(im)
+        return to_rgb8(im)
+
+
+def to_rgb8(im: Image.Image) -> np.ndarray:
+    if im.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        # 16-bit, 32-bit or float grayscale: PIL's convert would clip, so scale.
+        values = np.asarray(im, dtype=np.float64)
+        peak = float(values.max()) if values.size else 0.0
+        if im.mode == "F" and peak <= 1.0:
+            full_scale = 1.0
+        else:
+            full_scale = 65535.0 if peak > 255 else 255.0
+        gray = np.clip(np.round(values * (255.0 / full_scale)), 0, 255).astype(np.uint8)
+        return np.repeat(gray[:, :, None], 3, axis=2)
+    if im.mode == "P" and "transparency" in im.info:
+        im = im.convert("RGBA")  # palette transparency, then drop it like any alpha
+    return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()

@@ -1,0 +1,36 @@
+"""`builtin:samples`: real photos that scikit-image installs with itself, so
+a run needs no download and no data of the user's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from srgan.configs.errors import SrganError
+
+BUILTIN_SAMPLES = "builtin:samples"
+
+# name -> file in skimage/data; the first four train, the last validates.
+SAMPLE_FILES = {
+    "astronaut": "astronaut.png",
+    "coffee": "coffee.png",
+    "chelsea": "chelsea.png",
+    "hubble_deep_field": "hubble_deep_field.jpg",
+    "immunohistochemistry": "ihc.png",
+}
+TRAIN_SAMPLES = ("astronaut", "coffee", "chelsea", "hubble_deep_field")
+VAL_SAMPLES = ("immunohistochemistry",)
+
+
+def sample_paths(names: tuple[str, ...] | list[str]) -> list[Path]:
+    """The files of the named sample photos inside the installed scikit-image."""
+    try:
+        import skimage.data
+    except ImportError:
+        raise SrganError(
+            "builtin:samples needs scikit-image, which ships the photos: pip install 'srgan[samples]'"
+        ) from None
+    folder = Path(skimage.data.__file__).parent
+    paths = [folder / SAMPLE_FILES[name] for name in names]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise SrganError(f"builtin:samples: this scikit-image lacks {', '.join(missing)} in {folder}")
+    return paths
