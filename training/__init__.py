@@ -1,0 +1,5 @@
+"""Training: the alternating D/G step and the loop around it."""
+from srgan.training.loop import train
+from srgan.training.step import TrainingParts, gan_step
+
+__all__ = ["TrainingParts", "gan_step", "train"]
