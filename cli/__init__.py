@@ -1,0 +1,1 @@
+"""The command-line interface (`srgan`, or `python -m srgan.cli`)."""

@@ -1,0 +1,3 @@
+from srgan.cli.app import main
+
+main()

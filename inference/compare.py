@@ -1,0 +1,58 @@
+"""A side-by-side picture, bicubic | SR | original, of an HR photo whose LR
+version is made here: the quickest look at what a model does."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from srgan.configs.errors import SrganError
+from srgan.data import bicubic_downscale, load_rgb8
+from srgan.inference.metrics import psnr_y
+from srgan.inference.upscale import upscale_rgb8, write_png_atomically
+from srgan.models import Generator, Runtime
+
+GAP = 8  # white pixels between the panels
+
+
+def mod_crop(image: np.ndarray, scale: int) -> np.ndarray:
+    """Drop the last rows and columns so both sides are multiples of `scale`."""
+    height, width = image.shape[:2]
+    return image[: height - height % scale, : width - width % scale]
+
+
+def bicubic_upscale(lr: np.ndarray, scale: int) -> np.ndarray:
+    height, width = lr.shape[:2]
+    return np.asarray(Image.fromarray(lr).resize((width * scale, height * scale), Image.BICUBIC))
+
+
+def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
+    height = panels[0].shape[0]
+    gap = np.full((height, GAP, 3), 255, dtype=np.uint8)
+    row: list[np.ndarray] = []
+    for panel in panels:
+        row += [panel, gap]
+    return np.concatenate(row[:-1], axis=1)
+
+
+def compare_picture(generator: Generator, runtime: Runtime, image_path: Path, out_path: Path) -> dict[str, float]:
+    """Write bicubic | SR | original for one HR photo; returns their Y-channel PSNRs."""
+    try:
+        hr = mod_crop(load_rgb8(image_path), generator.scale)
+    except Exception as error:
+        raise SrganError(f"{image_path}: cannot be decoded as an image ({error.__class__.__name__})") from None
+    if min(hr.shape[:2]) < 4 * generator.scale:
+        raise SrganError(f"{image_path}: too small to compare at x{generator.scale}")
+    generator.eval()
+    lr = bicubic_downscale(hr, generator.scale)
+    bicubic = bicubic_upscale(lr, generator.scale)
+    sr = upscale_rgb8(generator, lr, runtime)
+    write_png_atomically(side_by_side([bicubic, sr, hr]), out_path)
+
+    def chw(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.array(a)).permute(2, 0, 1)
+
+    border = generator.scale
+    return {"bicubic_psnr": psnr_y(chw(bicubic), chw(hr), border), "sr_psnr": psnr_y(chw(sr), chw(hr), border)}

@@ -1,0 +1,79 @@
+"""Shared fixtures: small real photos and the overrides that make a
+training run tiny (a few seconds on two cores)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+def skimage_photo(name: str) -> np.ndarray:
+    import skimage.data
+
+    return getattr(skimage.data, name)()
+
+
+@pytest.fixture(scope="session")
+def photo_dir(tmp_path_factory) -> Path:
+    """A folder of real photos, cut small: 3 training images in two formats
+    and a subfolder (the dataset searches recursively)."""
+    root = tmp_path_factory.mktemp("photos")
+    (root / "nested").mkdir()
+    Image.fromarray(skimage_photo("astronaut")[100:228, 150:278]).save(root / "astronaut.png")
+    Image.fromarray(skimage_photo("coffee")[50:178, 200:328]).save(root / "coffee.jpg", quality=95)
+    Image.fromarray(skimage_photo("chelsea")[60:188, 150:278]).save(root / "nested" / "chelsea.png")
+    return root
+
+
+@pytest.fixture(scope="session")
+def val_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("val")
+    Image.fromarray(skimage_photo("immunohistochemistry")[:96, :96]).save(root / "ihc.png")
+    return root
+
+
+def tiny_overrides(train_dir: Path, run_dir: Path, *extra: str) -> list[str]:
+    """--set values for a run of a couple of seconds."""
+    values = [
+        f"data.train={train_dir}",
+        "data.val=null",
+        "model.blocks=1",
+        "model.channels=8",
+        "model.d_channels=8",
+        "data.crop_size=32",
+        "data.batch_size=2",
+        "data.workers=0",
+        "data.repeat=2",
+        "loss.perceptual.weights=none",
+        "loss.perceptual.layer=relu1_2",
+        "train.epochs=1",
+        "train.max_steps=2",
+        "train.pretrain_steps=0",
+        "train.precision=fp32",
+        "train.device=cpu",
+        "train.log_every=1",
+        "train.checkpoint_every=1",
+        f"train.run_dir={run_dir}",
+    ]
+    return values + list(extra)
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m srgan.cli ARGS` in a fresh process, as a user runs it."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [sys.executable, "-m", "srgan.cli", *args],
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
+    )
+
+
+def set_args(overrides: list[str]) -> list[str]:
+    return [arg for value in overrides for arg in ("--set", value)]
