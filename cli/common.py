@@ -1,0 +1,28 @@
+"""What several commands share: help texts and the --device/--precision options."""
+from __future__ import annotations
+
+from srgan.configs import SrganError
+
+CONFIG_HELP = "A preset name (see `srgan config list`) or a YAML file. Default: demo."
+SET_HELP = "Override one key, e.g. --set train.epochs=5 (repeatable; values are YAML scalars)."
+DEVICE_HELP = "auto (CUDA when available), cpu or cuda."
+PRECISION_HELP = "auto (bf16 where the device runs it fast, else fp32), fp32, bf16 or fp16 (CUDA only)."
+
+
+def runtime_from_options(device: str, precision: str):
+    """Check --device/--precision and resolve them (imports torch)."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise SrganError(f"--device: expected auto, cpu or cuda, got {device!r}")
+    if precision not in ("auto", "fp32", "bf16", "fp16"):
+        raise SrganError(f"--precision: expected auto, fp32, bf16 or fp16, got {precision!r}")
+    from srgan.models import resolve_runtime
+
+    return resolve_runtime(device, precision)
+
+
+def generator_from_option(checkpoint, runtime):
+    """The generator of a --checkpoint (file or run folder), on the runtime's device."""
+    from srgan.models import generator_from_checkpoint, load_checkpoint, resolve_checkpoint_path
+
+    path = resolve_checkpoint_path(checkpoint)
+    return generator_from_checkpoint(load_checkpoint(path), str(path)).to(runtime.device)

@@ -1,0 +1,55 @@
+"""`srgan train`, `srgan config list|show`, `srgan samples`."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from srgan.cli.common import CONFIG_HELP, SET_HELP
+
+
+def train(
+    config: Optional[str] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+) -> None:
+    """Train a generator and discriminator as the config says."""
+    from srgan.configs import load_config
+
+    resolved = load_config(config, overrides)  # before importing torch: bad keys fail fast
+    from srgan.training import train as run_training
+
+    run_training(resolved)
+
+
+def config_list() -> None:
+    """The presets, one per line."""
+    from srgan.configs import preset_names
+
+    for name in preset_names():
+        typer.echo(name)
+
+
+def config_show(
+    name: str = typer.Argument("demo", help=CONFIG_HELP),
+    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+) -> None:
+    """Print a config fully resolved (defaults and overrides applied), as YAML."""
+    from srgan.configs import config_to_yaml, load_config
+
+    typer.echo(config_to_yaml(load_config(name, overrides)), nl=False)
+
+
+def samples(
+    folder: Path = typer.Argument(..., help="Where to write the built-in photos."),
+) -> None:
+    """Copy the built-in sample photos (builtin:samples) into FOLDER/train and FOLDER/val."""
+    from srgan.data.samples import TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
+
+    for part, names in (("train", TRAIN_SAMPLES), ("val", VAL_SAMPLES)):
+        (folder / part).mkdir(parents=True, exist_ok=True)
+        for name, source in zip(names, sample_paths(names)):
+            target = folder / part / f"{name}{source.suffix}"
+            shutil.copyfile(source, target)
+            typer.echo(target)
