@@ -246,4 +246,7 @@ def _check_values(c: Config, origin: str) -> None:
          "increasing step numbers of at least 1", milestones)
     need(t.lr_schedule.gamma > 0, "train.lr_schedule.gamma", "a positive factor", t.lr_schedule.gamma)
     need(t.log_every >= 1, "train.log_every", "at least 1", t.log_every)
+    need(t.val_every >= 0, "train.val_every", "0 (every epoch) or more steps", t.val_every)
+    need(t.save_every >= 0, "train.save_every", "0 (every epoch) or more steps", t.save_every)
+    need(0 <= t.ema_decay < 1, "train.ema_decay", "0 (off) or a decay in (0, 1)", t.ema_decay)
     need(t.checkpoint_every >= 1, "train.checkpoint_every", "at least 1 (epochs)", t.checkpoint_every)

@@ -96,7 +96,13 @@ class TrainConfig:
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     seed: int = 0
     log_every: int = 10  # steps between logged rows (and progress-bar updates)
+    val_every: int = 0  # steps between validations; 0 = at the end of every epoch
+    save_every: int = 0  # steps between writes of checkpoints/last.pt; 0 = at epoch ends only
     checkpoint_every: int = 1  # epochs between kept checkpoints/epoch_NNN.pt
+    # Exponential moving average of the generator's weights (BasicSR's
+    # net_g_ema), e.g. 0.999; 0 = off. Validation and upscaling use it.
+    ema_decay: float = 0.0
+    tensorboard: bool = False  # also write TensorBoard scalars and images (needs tensorboard)
     run_dir: str = ""  # empty: runs/<name>-<timestamp>
 
 
