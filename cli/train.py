@@ -13,14 +13,26 @@ from srgan.cli.common import CONFIG_HELP, SET_HELP
 def train(
     config: Optional[str] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
     overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    resume: Optional[Path] = typer.Option(
+        None, "--resume", help="A run folder to continue from its checkpoints/last.pt (with its config.yaml "
+        "unless --config is given; --set still applies)."
+    ),
 ) -> None:
-    """Train a generator and discriminator as the config says."""
-    from srgan.configs import load_config
+    """Train a generator and discriminator as the config says (SIGINT/SIGTERM: save and stop)."""
+    from srgan.configs import SrganError, load_config
 
+    if resume is not None and config is None:
+        if not (resume / "config.yaml").is_file():
+            raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
+        config = str(resume / "config.yaml")
     resolved = load_config(config, overrides)  # before importing torch: bad keys fail fast
-    from srgan.training import train as run_training
+    from srgan.training import TrainingInterrupted, train as run_training
 
-    run_training(resolved)
+    try:
+        run_training(resolved, resume=resume)
+    except TrainingInterrupted as stop:
+        typer.echo(f"srgan: {stop}", err=True)
+        raise typer.Exit(128 + stop.signum)
 
 
 def config_list() -> None:

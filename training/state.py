@@ -1,0 +1,123 @@
+"""What a checkpoint holds and how a run comes back from it."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from srgan.configs import Config, SrganError, config_to_dict
+from srgan.training.ema import GeneratorEMA
+from srgan.training.step import TrainingParts
+
+# Keys of model.* that fix the shapes of the weights.
+ARCHITECTURE_KEYS = ("scale", "blocks", "channels", "d_channels")
+
+
+@dataclass
+class Progress:
+    """Where a run is: restored on resume, saved in every checkpoint."""
+
+    step: int = 0
+    epoch: int = 1  # the epoch under way (or just finished)
+    epoch_step: int = 0  # steps of `epoch` done
+    best_psnr: float = float("-inf")
+    best_step: int = 0
+    metric_state: dict = field(default_factory=dict)
+
+
+def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Config, progress: Progress) -> dict:
+    state = {
+        "generator": parts.generator.state_dict(),
+        "discriminator": parts.discriminator.state_dict(),
+        "optimizer_g": parts.optimizer_g.state_dict(),
+        "optimizer_d": parts.optimizer_d.state_dict(),
+        "scaler": parts.scaler.state_dict(),
+        "epoch": progress.epoch,
+        "epoch_step": progress.epoch_step,
+        "step": progress.step,
+        "best_psnr": progress.best_psnr,
+        "best_step": progress.best_step,
+        "metrics": progress.metric_state,
+        "rng": rng_state(),
+        "config": config_to_dict(config),
+    }
+    if ema is not None:
+        state["generator_ema"] = ema.model.state_dict()
+    return state
+
+
+def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Progress:
+    """Load a checkpoint's weights, optimizer states and RNG states into the parts."""
+    parts.generator.load_state_dict(state["generator"])
+    parts.discriminator.load_state_dict(state["discriminator"])
+    parts.optimizer_g.load_state_dict(state["optimizer_g"])
+    parts.optimizer_d.load_state_dict(state["optimizer_d"])
+    if state.get("scaler"):
+        parts.scaler.load_state_dict(state["scaler"])
+    if ema is not None:
+        ema.model.load_state_dict(state.get("generator_ema") or state["generator"])
+    if "rng" in state:
+        set_rng_state(state["rng"])
+    return Progress(
+        step=state["step"],
+        epoch=state["epoch"],
+        epoch_step=state.get("epoch_step", 0),
+        best_psnr=state.get("best_psnr", float("-inf")),
+        best_step=state.get("best_step", 0),
+        metric_state=state.get("metrics", {}),
+    )
+
+
+def check_same_architecture(saved: dict, config: Config, origin: str) -> None:
+    """Refuse to resume into networks of another shape, saying what differs."""
+    theirs = saved.get("model", {})
+    differences = [
+        f"model.{key} {theirs.get(key)!r} -> {getattr(config.model, key)!r}"
+        for key in ARCHITECTURE_KEYS
+        if theirs.get(key, 64 if key == "d_channels" else None) != getattr(config.model, key)
+    ]
+    if differences:
+        raise SrganError(f"{origin}: the checkpoint's networks differ from this config: {', '.join(differences)}")
+
+
+def changed_settings(saved: dict, config: Config) -> list[str]:
+    """Dotted keys whose values differ between a checkpoint's config and this one."""
+    changes: list[str] = []
+
+    def walk(old, new, prefix):
+        for key, value in new.items():
+            if isinstance(value, dict) and isinstance(old.get(key), dict):
+                walk(old[key], value, f"{prefix}{key}.")
+            elif old.get(key) != value:
+                changes.append(f"{prefix}{key} {old.get(key)!r} -> {value!r}")
+
+    walk(saved, config_to_dict(config), "")
+    return changes
+
+
+def rng_state() -> dict:
+    numpy_state = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(_as_tuples(state["python"]))
+    kind, keys, *rest = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuples(value):
+    """random.setstate wants the tuples that a round trip may have turned into lists."""
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
