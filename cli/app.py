@@ -20,6 +20,8 @@ app = typer.Typer(
 app.command("train")(train.train)
 app.command("upscale")(upscale.upscale)
 app.command("compare")(evaluate.compare)
+app.command("evaluate")(evaluate.evaluate)
+app.command("plot")(evaluate.plot)
 app.command("samples")(train.samples)
 
 config_app = typer.Typer(no_args_is_help=True, help="The config presets and how a config resolves.")

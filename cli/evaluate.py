@@ -1,7 +1,9 @@
-"""`srgan compare`."""
+"""`srgan compare`, `srgan evaluate`, `srgan plot`."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import List, Optional
 
 import typer
 
@@ -26,3 +28,39 @@ def compare(
         f"{output}: bicubic | SR | original; PSNR bicubic {scores['bicubic_psnr']:.2f} dB, "
         f"SR {scores['sr_psnr']:.2f} dB ({CONVENTION.format(scale=generator.scale)})"
     )
+
+
+def evaluate(
+    folders: List[Path] = typer.Argument(..., help="Folders of high-resolution images (e.g. Set5, Set14)."),
+    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="A checkpoint file or a run folder."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the scores to this JSON file."),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
+    precision: str = typer.Option("fp32", help=PRECISION_HELP + " Default fp32: figures to quote."),
+) -> None:
+    """PSNR/SSIM of SR and of bicubic per image and on average, as the literature computes them."""
+    from srgan.inference.evaluate import evaluate_folders, format_table
+
+    runtime = runtime_from_options(device, precision)
+    generator = generator_from_option(checkpoint, runtime)
+    result = evaluate_folders(generator, runtime, folders)
+    typer.echo(format_table(result))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+
+def plot(
+    run_dir: Path = typer.Argument(..., help="A run folder."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN_DIR/curves.png."),
+) -> None:
+    """Draw d_loss, g_loss, d_score, g_score and validation PSNR against step (needs matplotlib)."""
+    from srgan.configs import SrganError
+
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise SrganError(f"{run_dir}: not a run folder (no metrics.jsonl)")
+    try:
+        from srgan.training.pictures import draw_curves
+
+        typer.echo(draw_curves(run_dir, output))
+    except ImportError:
+        raise SrganError("srgan plot needs matplotlib: pip install 'srgan[plot]'") from None

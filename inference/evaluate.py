@@ -1,0 +1,75 @@
+"""`srgan evaluate`: PSNR/SSIM of SR and of bicubic on folders of HR images,
+in the literature's convention (the HR cropped to a multiple of the scale,
+its LR made by bicubic downscaling, Y channel, `scale` px shaved)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from srgan.configs.errors import SrganError
+from srgan.data import bicubic_downscale, find_images, load_rgb8
+from srgan.inference.compare import bicubic_upscale, mod_crop
+from srgan.inference.metrics import CONVENTION, psnr_y, ssim_y
+from srgan.inference.upscale import upscale_rgb8
+from srgan.models import Generator, Runtime
+
+log = logging.getLogger("srgan")
+
+
+def _chw(image: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.array(image)).permute(2, 0, 1)
+
+
+def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]) -> dict:
+    """Scores per image and their means, one image in memory at a time."""
+    scale = generator.scale
+    paths: list[Path] = []
+    for folder in folders:
+        if not folder.is_dir():
+            raise SrganError(f"{folder}: no such folder")
+        found = find_images(folder)
+        if not found:
+            raise SrganError(f"{folder}: no images in it")
+        paths += found
+    generator.eval()
+    images = []
+    for path in paths:
+        try:
+            hr = mod_crop(load_rgb8(path), scale)
+        except Exception as error:
+            raise SrganError(f"{path}: cannot be decoded as an image ({error.__class__.__name__})") from None
+        if min(hr.shape[:2]) < 2 * scale + 11:
+            log.warning("skipping %s: too small to score at x%d", path, scale)
+            continue
+        lr = bicubic_downscale(hr, scale)
+        sr, bicubic, hr8 = _chw(upscale_rgb8(generator, lr, runtime)), _chw(bicubic_upscale(lr, scale)), _chw(hr)
+        images.append({
+            "name": path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}",
+            "sr": {"psnr": psnr_y(sr, hr8, scale), "ssim": ssim_y(sr, hr8, scale)},
+            "bicubic": {"psnr": psnr_y(bicubic, hr8, scale), "ssim": ssim_y(bicubic, hr8, scale)},
+        })
+    if not images:
+        raise SrganError("no image large enough to evaluate")
+    mean = {
+        kind: {metric: float(np.mean([im[kind][metric] for im in images])) for metric in ("psnr", "ssim")}
+        for kind in ("sr", "bicubic")
+    }
+    return {"scale": scale, "convention": CONVENTION.format(scale=scale), "images": images, "mean": mean}
+
+
+def format_table(result: dict) -> str:
+    width = max(12, *(len(im["name"]) for im in result["images"]))
+    lines = [
+        f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}",
+        f"{'image':<{width}}  {'SR psnr':>8} {'SR ssim':>8}  {'bicubic psnr':>12} {'bicubic ssim':>12}",
+    ]
+    for im in [*result["images"], {"name": "mean", **result["mean"]}]:
+        lines.append(
+            f"{im['name']:<{width}}  {im['sr']['psnr']:8.2f} {im['sr']['ssim']:8.4f}  "
+            f"{im['bicubic']['psnr']:12.2f} {im['bicubic']['ssim']:12.4f}"
+        )
+    lines.insert(len(lines) - 1, "-" * len(lines[1]))
+    return "\n".join(lines)
