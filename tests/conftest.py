@@ -49,7 +49,7 @@ def tiny_overrides(train_dir: Path, run_dir: Path, *extra: str) -> list[str]:
         "model.channels=8",
         "model.d_channels=8",
         "data.crop_size=32",
-        "data.batch_size=2",
+        "data.batch_size=3",
         "data.workers=0",
         "data.repeat=2",
         "loss.perceptual.weights=none",

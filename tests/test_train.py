@@ -1,0 +1,135 @@
+"""A run you can trust: validation files, pictures, the paper's procedure,
+resume that reproduces an uninterrupted run exactly."""
+import csv
+import json
+
+import pytest
+import torch
+
+from srgan.configs import SrganError, load_config
+from srgan.models import generator_from_checkpoint, load_checkpoint
+from srgan.training import train
+
+from conftest import tiny_overrides
+
+
+def tiny(photo_dir, val_dir, run_dir, *extra, base="demo"):
+    return load_config(base, tiny_overrides(photo_dir, run_dir, f"data.val={val_dir}", "train.epochs=10", *extra))
+
+
+def rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def table(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_validation_writes_scores_best_checkpoint_and_pictures(photo_dir, val_dir, tmp_path):
+    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=4"))
+    epochs = table(run / "epochs.csv")
+    assert [e["epoch"] for e in epochs] == ["1", "2"]
+    assert all(float(e["psnr"]) > 0 and 0 < float(e["ssim"]) < 1 for e in epochs)
+    validation = table(run / "validation.csv")
+    assert [v["step"] for v in validation] == ["2", "4"]
+    # the bicubic baseline of the 96x96 validation photo, the same on every row
+    assert len({v["bicubic_psnr"] for v in validation}) == 1 and float(validation[0]["bicubic_psnr"]) > 20
+    best = load_checkpoint(run / "checkpoints" / "best.pt")
+    best_row = max(validation, key=lambda v: float(v["psnr"]))
+    assert best["step"] == int(best_row["step"]) and best["best_psnr"] == pytest.approx(float(best_row["psnr"]), abs=1e-3)
+    from PIL import Image
+
+    sheet = Image.open(run / "samples" / "epoch_002.png")
+    assert sheet.size == (3 * 96 + 2 * 8, 96)  # one validation image: bicubic | SR | HR
+    assert Image.open(run / "curves.png").size[0] > 500
+
+
+def test_val_every_validates_on_steps(photo_dir, val_dir, tmp_path):
+    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=5", "train.val_every=3"))
+    assert [v["step"] for v in table(run / "validation.csv")] == ["3", "5"]  # every 3 steps, and at the end
+
+
+def test_resume_reproduces_the_uninterrupted_run(photo_dir, val_dir, tmp_path):
+    """3 steps + resume + 3 steps = 6 steps: the same weights, optimizer
+    states, EMA and log rows. Step 3 falls inside an epoch (2 steps each)."""
+    extra = ("train.ema_decay=0.5", "train.pretrain_steps=1", "train.lr_schedule.milestones=[4]", "data.workers=1")
+    whole = train(tiny(photo_dir, val_dir, tmp_path / "whole", "train.max_steps=6", *extra))
+    part = train(tiny(photo_dir, val_dir, tmp_path / "part", "train.max_steps=3", *extra))
+    assert load_checkpoint(part)["epoch_step"] == 1
+    resumed_config = load_config(str(part / "config.yaml"), ["train.max_steps=6"])
+    train(resumed_config, resume=part)
+
+    a, b = load_checkpoint(whole), load_checkpoint(part)
+    assert a["step"] == b["step"] == 6 and a["epoch"] == b["epoch"] == 3
+    for key in ("generator", "discriminator", "generator_ema"):
+        for name, tensor in a[key].items():
+            assert torch.equal(tensor, b[key][name]), (key, name)
+    for key in ("optimizer_g", "optimizer_d"):
+        for index, state in a[key]["state"].items():
+            for name, value in state.items():
+                assert torch.equal(value, b[key]["state"][index][name]), (key, index, name)
+
+    def without_timing(records, *timing):
+        return [{k: v for k, v in r.items() if k not in timing} for r in records]
+
+    assert without_timing(rows(whole / "metrics.jsonl"), "images_per_s") == without_timing(
+        rows(part / "metrics.jsonl"), "images_per_s"
+    )
+    assert without_timing(table(whole / "epochs.csv"), "seconds") == without_timing(table(part / "epochs.csv"), "seconds")
+    steps = [r["step"] for r in rows(part / "metrics.jsonl")]
+    assert steps == sorted(set(steps)) == [1, 2, 3, 4, 5, 6]
+    assert rows(part / "metrics.jsonl")[4]["lr_g"] == pytest.approx(1e-4)  # the milestone at 4: 1e-3 -> 1e-4
+    assert "d_loss" not in rows(part / "metrics.jsonl")[0] and "d_loss" in rows(part / "metrics.jsonl")[1]
+
+
+def test_resume_refuses_other_networks_and_names_the_difference(photo_dir, val_dir, tmp_path):
+    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=1"))
+    changed = load_config(str(run / "config.yaml"), ["model.blocks=2", "model.scale=2"])
+    with pytest.raises(SrganError, match=r"model\.scale 4 -> 2, model\.blocks 1 -> 2"):
+        train(changed, resume=run)
+    with pytest.raises(SrganError, match="not a run folder"):
+        train(changed, resume=tmp_path / "nothing")
+
+
+def test_a_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(photo_dir, val_dir, tmp_path):
+    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=2"))
+    poisoned = load_config(str(run / "config.yaml"), ["train.max_steps=4", "loss.weights.image=1e308"])
+    with pytest.raises(SrganError, match=r"step 3: g_loss is inf"):
+        train(poisoned, resume=run)
+    assert load_checkpoint(run)["step"] == 2
+
+
+def test_ema_weights_are_saved_and_used_for_upscaling(photo_dir, val_dir, tmp_path):
+    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=3", "train.ema_decay=0.9"))
+    state = load_checkpoint(run)
+    differs = [not torch.equal(state["generator"][k], state["generator_ema"][k]) for k in state["generator"]]
+    assert any(differs)
+    g = generator_from_checkpoint(state)
+    assert torch.equal(g.tail.weight, state["generator_ema"]["tail.weight"])
+
+
+def test_init_from_starts_from_another_runs_generator(photo_dir, val_dir, tmp_path):
+    first = train(tiny(photo_dir, val_dir, tmp_path / "first", "train.max_steps=2"))
+    second = train(tiny(photo_dir, val_dir, tmp_path / "second", "train.max_steps=1", "train.lr_g=1e-12",
+                        f"model.init_from={first}"))
+    before, after = load_checkpoint(first)["generator"], load_checkpoint(second)["generator"]
+    assert torch.allclose(before["head.0.weight"], after["head.0.weight"], atol=1e-8)
+    with pytest.raises(SrganError, match=r"model\.init_from: .* has model\.blocks = 1, this run 2"):
+        train(tiny(photo_dir, val_dir, tmp_path / "third", "model.blocks=2", f"model.init_from={first}"))
+
+
+def test_tensorboard_events_are_written(photo_dir, val_dir, tmp_path):
+    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=2", "train.tensorboard=true"))
+    events = list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 100
+
+
+def test_srgan_plot_redraws_the_curves(photo_dir, val_dir, tmp_path):
+    from conftest import run_cli
+
+    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=2"))
+    out = tmp_path / "c.png"
+    result = run_cli("plot", str(run), "-o", str(out))
+    assert result.returncode == 0 and out.stat().st_size > 1000
+    assert run_cli("plot", str(tmp_path)).returncode == 2
