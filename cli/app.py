@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from srgan.cli import evaluate, train, upscale
+from srgan.cli import bench, evaluate, train, upscale
 from srgan.configs import SrganError
 
 app = typer.Typer(
@@ -28,6 +28,7 @@ config_app = typer.Typer(no_args_is_help=True, help="The config presets and how 
 config_app.command("list")(train.config_list)
 config_app.command("show")(train.config_show)
 app.add_typer(config_app, name="config")
+app.add_typer(bench.bench_app, name="bench")
 
 
 class _TqdmHandler(logging.Handler):

@@ -94,6 +94,8 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # auto: bf16 autocast where the device runs bf16 fast, else fp32.
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)
+    compile: bool = False  # torch.compile the networks (slow to start; see docs/performance.md)
     seed: int = 0
     log_every: int = 10  # steps between logged rows (and progress-bar updates)
     val_every: int = 0  # steps between validations; 0 = at the end of every epoch

@@ -17,6 +17,21 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 class Runtime:
     device: torch.device
     precision: str  # fp32, bf16 or fp16, never auto
+    # NHWC activations: oneDNN's and cuDNN's fast convolution layout (measured
+    # 1.3x on a 2-core AVX512 CPU for the training step, fp32 and bf16).
+    channels_last: bool = True
+
+    @property
+    def memory_format(self) -> torch.memory_format:
+        return torch.channels_last if self.channels_last else torch.contiguous_format
+
+    def place(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Move a network to the device, in the memory format."""
+        return module.to(self.device, memory_format=self.memory_format)
+
+    def tensor(self, x: torch.Tensor) -> torch.Tensor:
+        """Move an NCHW batch to the device, in the memory format."""
+        return x.to(self.device, non_blocking=True, memory_format=self.memory_format)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Mixed precision for the forward passes; a no-op in fp32."""
@@ -29,10 +44,11 @@ class Runtime:
             where = f"cuda ({torch.cuda.get_device_name(self.device)})"
         else:
             where = f"cpu ({torch.get_num_threads()} threads)"
-        return f"device {where}, precision {self.precision}"
+        layout = "channels_last" if self.channels_last else "NCHW"
+        return f"device {where}, precision {self.precision}, {layout}"
 
 
-def resolve_runtime(device: str = "auto", precision: str = "auto") -> Runtime:
+def resolve_runtime(device: str = "auto", precision: str = "auto", channels_last: bool = True) -> Runtime:
     """`device` auto: CUDA when available. `precision` auto: bf16 where the
     device runs it fast (CUDA with bf16 support, a CPU with AMX or
     AVX512-BF16), else fp32. fp16 is CUDA only (CPU fp16 is slow and lossy)."""
@@ -45,7 +61,7 @@ def resolve_runtime(device: str = "auto", precision: str = "auto") -> Runtime:
         raise SrganError("precision bf16: this GPU does not support bf16 (use fp16 or fp32)")
     if precision == "auto":
         precision = "bf16" if fast_bf16(chosen) else "fp32"
-    return Runtime(chosen, precision)
+    return Runtime(chosen, precision, channels_last)
 
 
 def fast_bf16(device: torch.device) -> bool:

@@ -24,6 +24,7 @@ from srgan.models import (
     generator_from_checkpoint,
     load_checkpoint,
     resolve_checkpoint_path,
+    Runtime,
     resolve_runtime,
     save_checkpoint,
 )
@@ -49,7 +50,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
     returns the run folder. Raises TrainingInterrupted after saving when
     SIGINT/SIGTERM arrives."""
     t = config.train
-    runtime = resolve_runtime(t.device, t.precision)
+    runtime = resolve_runtime(t.device, t.precision, t.channels_last)
     seed_everything(t.seed)
 
     # Inputs first: a mistake in them must not leave a run folder behind.
@@ -81,23 +82,10 @@ def train(config: Config, resume: Path | None = None) -> Path:
         drop_last=True,
     )
 
-    generator = Generator(config.model.scale, config.model.blocks, config.model.channels)
+    parts = build_parts(config, runtime)
+    generator, discriminator = parts.generator, parts.discriminator
     if config.model.init_from and resumed_state is None:
         initialise_generator(generator, config)
-    generator = generator.to(runtime.device)
-    discriminator = Discriminator(config.model.d_channels).to(runtime.device)
-    criterion = GeneratorCriterion(config.loss, config.gan.d_loss).to(runtime.device)
-    parts = TrainingParts(
-        generator=generator,
-        discriminator=discriminator,
-        criterion=criterion,
-        optimizer_g=torch.optim.Adam(generator.parameters(), lr=t.lr_g, betas=tuple(t.betas)),
-        optimizer_d=torch.optim.Adam(discriminator.parameters(), lr=t.lr_d, betas=tuple(t.betas)),
-        scaler=torch.amp.GradScaler(runtime.device.type, enabled=runtime.precision == "fp16"),
-        runtime=runtime,
-        d_loss=config.gan.d_loss,
-        update=config.gan.update,
-    )
     ema = GeneratorEMA(generator, t.ema_decay) if t.ema_decay > 0 else None
 
     # The run folder: a new one, or the resumed one with its files cut back
@@ -189,8 +177,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
             )
             for lr, hr in bar:
                 set_learning_rates(parts, t, progress.step + 1)
-                lr = lr.to(runtime.device, non_blocking=True)
-                hr = hr.to(runtime.device, non_blocking=True)
+                lr, hr = runtime.tensor(lr), runtime.tensor(hr)
                 if progress.step < t.pretrain_steps:
                     stats = generator_step(parts, lr, hr, image_only=True)
                 elif gan:
@@ -259,6 +246,33 @@ def train(config: Config, resume: Path | None = None) -> Path:
         tensorboard.close()
     log.info("done: %d steps; checkpoint %s", progress.step, run_dir / "checkpoints" / "last.pt")
     return run_dir
+
+
+def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
+    """The networks, the criterion and the optimizers a step needs, on the device."""
+    t = config.train
+    generator = runtime.place(Generator(config.model.scale, config.model.blocks, config.model.channels))
+    discriminator = runtime.place(Discriminator(config.model.d_channels))
+    criterion = runtime.place(GeneratorCriterion(config.loss, config.gan.d_loss))
+    if t.compile:
+        # in place, so state_dict keys stay those of the plain modules
+        generator.compile()
+        discriminator.compile()
+        if criterion.vgg is not None:
+            criterion.vgg.compile()
+    # fused: one kernel for all parameters (CPU and CUDA, PyTorch >= 2.4)
+    adam = {"betas": tuple(t.betas), "fused": runtime.device.type in ("cpu", "cuda")}
+    return TrainingParts(
+        generator=generator,
+        discriminator=discriminator,
+        criterion=criterion,
+        optimizer_g=torch.optim.Adam(generator.parameters(), lr=t.lr_g, **adam),
+        optimizer_d=torch.optim.Adam(discriminator.parameters(), lr=t.lr_d, **adam),
+        scaler=torch.amp.GradScaler(runtime.device.type, enabled=runtime.precision == "fp16"),
+        runtime=runtime,
+        d_loss=config.gan.d_loss,
+        update=config.gan.update,
+    )
 
 
 def default_run_dir(config: Config) -> Path:

@@ -45,7 +45,7 @@ class SampleSheet:
         rows = []
         for lr, hr in self.crops:
             with runtime.autocast():
-                sr = generator(lr[None].to(runtime.device))[0]
+                sr = generator(runtime.tensor(lr[None]))[0]
             sr8 = quantize(sr.float().cpu()).permute(1, 2, 0).numpy()
             bicubic = bicubic_upscale(lr, self.scale).permute(1, 2, 0).numpy()
             rows.append(side_by_side([bicubic, sr8, hr]))

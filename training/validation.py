@@ -37,7 +37,7 @@ def validate(generator: torch.nn.Module, images: ValImages, runtime: Runtime) ->
     psnrs, ssims = [], []
     for _, lr, hr in images:
         with runtime.autocast():
-            sr = generator(lr[None].to(runtime.device))[0]
+            sr = generator(runtime.tensor(lr[None]))[0]
         sr8, hr8 = quantize(sr.cpu()), quantize(hr)
         psnrs.append(psnr_y(sr8, hr8, images.scale))
         ssims.append(ssim_y(sr8, hr8, images.scale))

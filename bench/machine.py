@@ -1,0 +1,40 @@
+"""What a figure was measured on: threads, CPU bf16 units, GPU, peak memory."""
+from __future__ import annotations
+
+import platform
+import resource
+from pathlib import Path
+
+import torch
+
+
+def cpu_flags() -> list[str]:
+    """The flags that matter for these figures (AVX512, its bf16, AMX)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return []
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_fp16")
+    return [f for f in wanted if f in flags]
+
+
+def machine() -> dict:
+    info = {
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_flags": cpu_flags(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,82 @@
+"""`srgan bench train`: the project's own training step, timed."""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from srgan.bench.machine import machine, peak_rss_mb, synchronize
+from srgan.configs import Config, SrganError
+from srgan.models import resolve_runtime
+from srgan.training.loop import build_parts
+from srgan.training.step import gan_step, generator_step
+
+
+def bench_train(config: Config, iters: int, warmup: int) -> dict:
+    """Seconds per step of `gan_step` (or the generator-only step when the
+    adversarial weight is 0) on a fixed random batch; warm-up excluded.
+    Give it `loss.perceptual.weights: none` to need no VGG file: the cost is the same."""
+    t = config.train
+    runtime = resolve_runtime(t.device, t.precision, t.channels_last)
+    torch.manual_seed(t.seed)
+    parts = build_parts(config, runtime)
+    b, c, s = config.data.batch_size, config.data.crop_size, config.model.scale
+    hr = torch.rand(b, 3, c, c)
+    lr = F.interpolate(hr, scale_factor=1 / s, mode="bicubic").clamp(0, 1)
+    lr, hr = runtime.tensor(lr), runtime.tensor(hr)
+    step = gan_step if config.loss.weights.adversarial > 0 else generator_step
+    if runtime.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(warmup + iters):
+        started = time.perf_counter()
+        stats = step(parts, lr, hr)
+        synchronize(runtime.device)
+        finite = bool(torch.isfinite(stats["g_loss"]))  # also waits for the step
+        if i >= warmup:
+            times.append(time.perf_counter() - started)
+    result = {
+        "bench": "train",
+        "device": runtime.device.type,
+        "precision": runtime.precision,
+        "channels_last": runtime.channels_last,
+        "compile": t.compile,
+        "update": config.gan.update,
+        "batch": b,
+        "crop": c,
+        "scale": s,
+        "blocks": config.model.blocks,
+        "channels": config.model.channels,
+        "perceptual": f"{config.loss.perceptual.network}:{config.loss.perceptual.layer}",
+        "iters": iters,
+        "median_s_per_step": statistics.median(times),
+        "min_s_per_step": min(times),
+        "images_per_s": b / statistics.median(times),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "finite": finite,
+        **machine(),
+    }
+    if runtime.device.type == "cuda":
+        result["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return result
+
+
+def run_yardstick(path: Path, config: Config, iters: int, warmup: int) -> dict:
+    """The common training step (../shared/bench/yardstick_step.py) on the same shapes, in a child process."""
+    if not path.is_file():
+        raise SrganError(f"--yardstick: {path}: no such file")
+    command = [
+        sys.executable, str(path), "--batch", str(config.data.batch_size), "--crop", str(config.data.crop_size),
+        "--scale", str(config.model.scale), "--iters", str(iters), "--warmup", str(warmup),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise SrganError(f"--yardstick: {path} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(lines[-1])

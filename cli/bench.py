@@ -1,0 +1,59 @@
+"""`srgan bench train|upscale`: figures for docs/performance.md."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from srgan.cli.common import CONFIG_HELP, SET_HELP
+
+bench_app = typer.Typer(no_args_is_help=True, help="Time the training step and the upscaling path.")
+
+
+@bench_app.command("train")
+def train(
+    config: Optional[str] = typer.Option("leftthomas_x4", "--config", "-c", help=CONFIG_HELP),
+    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    batch: int = typer.Option(16, "--batch", help="Crops per step."),
+    crop: int = typer.Option(96, "--crop", help="HR crop side."),
+    iters: int = typer.Option(5, "--iters", help="Timed steps (after the warm-up)."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed steps first."),
+    yardstick: Optional[Path] = typer.Option(
+        None, "--yardstick", help="Also time this yardstick script (../shared/bench/yardstick_step.py) on the same shapes."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
+) -> None:
+    """Seconds per training step of the real step (random batch, random VGG weights)."""
+    from srgan.configs import SrganError, load_config
+
+    if min(batch, crop, iters) < 1 or warmup < 0:
+        raise SrganError("--batch, --crop and --iters: expected at least 1; --warmup: 0 or more")
+    settings = [f"data.batch_size={batch}", f"data.crop_size={crop}", "loss.perceptual.weights=none", *overrides]
+    resolved = load_config(config, settings)
+    from srgan.bench.train import bench_train, run_yardstick
+
+    result = bench_train(resolved, iters, warmup)
+    if yardstick is not None:
+        shape = (resolved.model.blocks, resolved.model.channels, resolved.model.d_channels,
+                 resolved.loss.perceptual.network, resolved.loss.perceptual.layer)
+        if shape != (16, 64, 64, "vgg16", "pool5"):
+            raise SrganError(
+                "--yardstick: its step has 16 blocks, 64 channels, d_channels 64 and VGG16 pool5; this config has "
+                f"{shape[0]} blocks, {shape[1]} channels, d_channels {shape[2]}, {shape[3]} {shape[4]}"
+            )
+        theirs = run_yardstick(yardstick, resolved, iters, warmup)
+        result["yardstick_median_s_per_step"] = theirs["median_s_per_iter"]
+        result["speedup"] = theirs["median_s_per_iter"] / result["median_s_per_step"]
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(
+        f"train step: {result['median_s_per_step']:.3f} s median, {result['min_s_per_step']:.3f} s min, "
+        f"{result['images_per_s']:.1f} images/s; {result['device']} {result['precision']}, "
+        f"{'channels_last' if result['channels_last'] else 'NCHW'}, update {result['update']}, "
+        f"batch {batch}, crop {crop}, peak RSS {result['peak_rss_mb']:.0f} MB"
+    )
+    if "speedup" in result:
+        typer.echo(f"yardstick: {result['yardstick_median_s_per_step']:.3f} s median: {result['speedup']:.2f}x faster")

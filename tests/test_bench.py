@@ -1,0 +1,57 @@
+"""The speed levers change no mathematics, and the bench reports what it measured."""
+import json
+
+import torch
+
+from srgan.configs import load_config
+from srgan.models import resolve_runtime
+from srgan.training.loop import build_parts
+from srgan.training.step import gan_step
+
+from conftest import run_cli
+
+TINY = ["model.blocks=1", "model.channels=8", "model.d_channels=8", "loss.perceptual.weights=none",
+        "loss.perceptual.layer=relu1_2", "train.precision=fp32", "train.device=cpu"]
+
+
+def test_channels_last_computes_what_nchw_does():
+    """The same losses and gradients in either layout (up to float rounding)."""
+    results = []
+    for channels_last in (True, False):
+        config = load_config("leftthomas_x4", TINY)
+        runtime = resolve_runtime("cpu", "fp32", channels_last)
+        torch.manual_seed(0)
+        parts = build_parts(config, runtime)
+        hr = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+        lr = torch.nn.functional.interpolate(hr, scale_factor=0.25, mode="bicubic").clamp(0, 1)
+        stats = gan_step(parts, runtime.tensor(lr), runtime.tensor(hr))
+        assert parts.generator.head[0].weight.is_contiguous(memory_format=torch.channels_last) == channels_last
+        grads = [p.grad.contiguous() for p in parts.generator.parameters()]
+        results.append((stats, grads))
+    (stats_a, grads_a), (stats_b, grads_b) = results
+    for name in stats_a:
+        assert torch.allclose(stats_a[name], stats_b[name], rtol=1e-4, atol=1e-6), name
+    # conv biases before a BatchNorm have a true gradient of 0: compare against the overall scale
+    scale = max(g.abs().max().item() for g in grads_b)
+    for a, b in zip(grads_a, grads_b):
+        assert torch.allclose(a, b, rtol=1e-3, atol=1e-3 * scale)
+
+
+def test_bench_train_prints_one_json_line_with_its_figures():
+    args = [a for v in TINY for a in ("--set", v)]
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    for key in ("median_s_per_step", "min_s_per_step", "images_per_s", "peak_rss_mb"):
+        assert figures[key] > 0, key
+    assert figures["min_s_per_step"] <= figures["median_s_per_step"]
+    assert (figures["precision"], figures["update"], figures["device"]) == ("fp32", "retain_graph", "cpu")
+    assert figures["batch"] == 2 and figures["crop"] == 32 and figures["finite"] is True
+
+
+def test_bench_refuses_a_yardstick_of_other_shapes(tmp_path):
+    script = tmp_path / "yardstick.py"
+    script.write_text("print('{}')\n")
+    args = [a for v in TINY for a in ("--set", v)]
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script))
+    assert result.returncode == 2 and "its step has 16 blocks" in result.stderr
