@@ -219,6 +219,7 @@ def _check_values(c: Config, origin: str) -> None:
     need(c.data.batch_size >= 1, "data.batch_size", "at least 1", c.data.batch_size)
     need(c.data.workers >= 0, "data.workers", "0 or more", c.data.workers)
     need(c.data.repeat >= 1, "data.repeat", "at least 1", c.data.repeat)
+    need(c.data.cache_mb >= 0, "data.cache_mb", "0 (never) or more MB", c.data.cache_mb)
     need(c.data.val_max_size >= 0, "data.val_max_size", "0 (no cap) or more", c.data.val_max_size)
     for term in ("image", "adversarial", "perceptual", "tv"):
         weight = getattr(c.loss.weights, term)

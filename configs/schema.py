@@ -30,6 +30,9 @@ class DataConfig:
     # Random crops taken from every training image per epoch (BasicSR's
     # dataset_enlarge_ratio): small folders still give full epochs.
     repeat: int = 1
+    # Keep the decoded training images in memory when they fit in this many
+    # MB (decoding a photo per crop costs more than the crop); 0 = never.
+    cache_mb: int = 2048
     # Validation images are centre-cropped to at most this many HR pixels a
     # side (0 = whole image), which bounds validation time on big photos.
     val_max_size: int = 0

@@ -37,7 +37,7 @@ def test_a_file_broken_past_its_header_is_skipped_when_decoded(tmp_path, caplog)
     (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
     paths = resolve_images(str(tmp_path), "data.train", 32)  # headers are fine
     with caplog.at_level(logging.WARNING, logger="srgan"):
-        dataset = TrainPairs(paths, 32, 4, 1, 0)
+        dataset = TrainPairs(paths, 32, 4, 1, 0, cache_mb=64)
     assert [p.name for p in dataset.paths] == ["good.png"]
     assert sum("cut.png" in r.getMessage() for r in caplog.records) == 1
 
@@ -123,3 +123,11 @@ def test_exif_orientation_is_applied(tmp_path):
 def test_validation_images_are_cropped_to_the_scale(val_dir):
     name, lr, hr = ValImages(resolve_images(str(val_dir), "data.val", 20), 4, max_size=90)[0]
     assert name == "ihc" and hr.shape == (3, 88, 88) and lr.shape == (3, 22, 22)
+
+
+def test_the_decoded_cache_gives_the_same_crops(photo_dir):
+    paths = resolve_images(str(photo_dir), "data.train", 32)
+    cached, uncached = TrainPairs(paths, 32, 4, 2, 5, cache_mb=64), TrainPairs(paths, 32, 4, 2, 5, cache_mb=0)
+    assert cached._cache is not None and uncached._cache is None
+    for key in [(1, 0), (1, 4), (3, 5)]:
+        assert all(torch.equal(a, b) for a, b in zip(cached[key], uncached[key]))

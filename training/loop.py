@@ -69,7 +69,9 @@ def train(config: Config, resume: Path | None = None) -> Path:
         resumed_state = load_checkpoint(checkpoint)
         check_same_architecture(resumed_state["config"], config, str(checkpoint))
 
-    dataset = TrainPairs(train_paths, config.data.crop_size, config.model.scale, config.data.repeat, t.seed)
+    dataset = TrainPairs(
+        train_paths, config.data.crop_size, config.model.scale, config.data.repeat, t.seed, config.data.cache_mb
+    )
     sampler = EpochSampler(len(dataset), config.data.batch_size, t.seed)
     loader = DataLoader(
         dataset,
