@@ -21,8 +21,8 @@ def runtime_from_options(device: str, precision: str):
 
 
 def generator_from_option(checkpoint, runtime):
-    """The generator of a --checkpoint (file or run folder), on the runtime's device."""
-    from srgan.models import generator_from_checkpoint, load_checkpoint, resolve_checkpoint_path
+    """The generator of a --checkpoint (an srgan checkpoint file or run folder,
+    or a leftthomas/SRGAN netG_epoch_*.pth), on the runtime's device."""
+    from srgan.models.checkpoint import load_generator
 
-    path = resolve_checkpoint_path(checkpoint)
-    return generator_from_checkpoint(load_checkpoint(path), str(path)).to(runtime.device)
+    return runtime.place(load_generator(checkpoint))

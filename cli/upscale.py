@@ -1,26 +1,108 @@
 """`srgan upscale`."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from srgan.cli.common import DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
+from srgan.configs import SrganError
 
 
 def upscale(
     inputs: List[Path] = typer.Argument(..., help="Image files or folders of images."),
-    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="A checkpoint file or a run folder."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="A folder (or a .png for one input)."),
+    checkpoint: Path = typer.Option(
+        ..., "--checkpoint", "-k",
+        help="A checkpoint file, a run folder, or a leftthomas/SRGAN netG_epoch_*.pth.",
+    ),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="A folder, or a .png/.jpg/.webp file name for one input. Default: beside each input.",
+    ),
+    ext: str = typer.Option("png", "--ext", help="png, jpg or webp (images with alpha stay png when jpg is asked)."),
+    quality: int = typer.Option(95, "--quality", help="jpg and webp quality, 1-100."),
+    suffix: Optional[str] = typer.Option(None, "--suffix", help="Added to each stem. Default: _x<scale>."),
+    outscale: Optional[float] = typer.Option(
+        None, "--outscale", help="Final scale, any number > 0: the network's output is resized (Lanczos) to it.",
+    ),
+    tile: str = typer.Option(
+        "auto", "--tile", help="Tile side in input pixels; 0 = the whole image at once; auto = sized to free memory.",
+    ),
+    tile_pad: Optional[int] = typer.Option(
+        None, "--tile-pad", help="Context pixels each tile reads. Default: the generator's receptive radius (no seams).",
+    ),
+    alpha: str = typer.Option("bicubic", "--alpha", help="How alpha is upscaled: bicubic or network."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     precision: str = typer.Option("auto", help=PRECISION_HELP),
 ) -> None:
     """Upscale images with a trained generator: <stem>_x<scale>.png beside each input or in -o."""
-    from srgan.inference import upscale_files
+    from srgan.inference.upscale import UpscaleOptions, upscale_files
 
+    options = UpscaleOptions(
+        tile=_tile_option(tile),
+        tile_pad=_tile_pad_option(tile_pad),
+        ext=_ext_option(ext),
+        quality=_quality_option(quality),
+        suffix=suffix,
+        outscale=_outscale_option(outscale),
+        alpha=_alpha_option(alpha),
+        force=force,
+        fp32_for_16bit=precision == "auto",
+    )
     runtime = runtime_from_options(device, precision)
     generator = generator_from_option(checkpoint, runtime)
-    for written in upscale_files(generator, runtime, inputs, output, force):
+    report = upscale_files(generator, runtime, inputs, output, options)
+    for written in report.written:
         typer.echo(written)
+    if report.failed:
+        total = len(report.written) + len(report.failed)
+        typer.echo(f"srgan: {len(report.failed)} of {total} images failed:", err=True)
+        for _, why in report.failed:
+            typer.echo(f"  {why}", err=True)
+        raise typer.Exit(1)
+
+
+def _tile_option(value: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        tile = int(value)
+    except ValueError:
+        tile = -1
+    if tile < 0:
+        raise SrganError(f"--tile: expected auto or a number of pixels >= 0 (0: no tiling), got {value!r}")
+    return tile
+
+
+def _tile_pad_option(value: int | None) -> int | None:
+    if value is not None and value < 0:
+        raise SrganError(f"--tile-pad: expected a number of pixels >= 0, got {value}")
+    return value
+
+
+def _ext_option(value: str) -> str:
+    ext = value.lower().lstrip(".")
+    ext = "jpg" if ext == "jpeg" else ext
+    if ext not in ("png", "jpg", "webp"):
+        raise SrganError(f"--ext: expected png, jpg or webp, got {value!r}")
+    return ext
+
+
+def _quality_option(value: int) -> int:
+    if not 1 <= value <= 100:
+        raise SrganError(f"--quality: expected 1 to 100, got {value}")
+    return value
+
+
+def _outscale_option(value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise SrganError(f"--outscale: expected a number > 0, got {value}")
+    return value
+
+
+def _alpha_option(value: str) -> str:
+    if value not in ("bicubic", "network"):
+        raise SrganError(f"--alpha: expected bicubic or network, got {value!r}")
+    return value

@@ -13,7 +13,7 @@ from srgan.configs.errors import SrganError
 from srgan.data import bicubic_downscale, find_images, load_rgb8
 from srgan.inference.compare import bicubic_upscale, mod_crop
 from srgan.inference.metrics import CONVENTION, psnr_y, ssim_y
-from srgan.inference.upscale import upscale_rgb8
+from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Generator, Runtime
 
 log = logging.getLogger("srgan")
@@ -34,7 +34,7 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
         if not found:
             raise SrganError(f"{folder}: no images in it")
         paths += found
-    generator.eval()
+    network = inference_network(generator, runtime)
     images = []
     for path in paths:
         try:
@@ -45,7 +45,7 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
             log.warning("skipping %s: too small to score at x%d", path, scale)
             continue
         lr = bicubic_downscale(hr, scale)
-        sr, bicubic, hr8 = _chw(upscale_rgb8(generator, lr, runtime)), _chw(bicubic_upscale(lr, scale)), _chw(hr)
+        sr, bicubic, hr8 = _chw(upscale_pixels(network, lr, runtime)), _chw(bicubic_upscale(lr, scale)), _chw(hr)
         images.append({
             "name": path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}",
             "sr": {"psnr": psnr_y(sr, hr8, scale), "ssim": ssim_y(sr, hr8, scale)},

@@ -1,28 +1,136 @@
-"""Applying a trained generator to image files."""
+"""Upscaling image files: plan every output first (refusing to overwrite
+inputs or existing files), then each image in kind (alpha, grayscale,
+16-bit), tiled within a memory budget; a bad file is reported and skipped."""
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
+from tqdm import tqdm
 
 from srgan.configs.errors import SrganError
-from srgan.data.images import IMAGE_EXTENSIONS, find_images, load_rgb8
+from srgan.data.images import IMAGE_EXTENSIONS, find_images
+from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
+from srgan.inference.imageio import write_png_atomically  # noqa: F401  (compare and training import it from here)
+from srgan.inference.fused import fuse_for_inference
+from srgan.inference.tiles import auto_tile, upscale_tiled
 from srgan.models import Generator, Runtime
 
 log = logging.getLogger("srgan")
 
 
-@torch.inference_mode()
+@dataclass(frozen=True)
+class UpscaleOptions:
+    tile: int | None = None  # LR pixels a side; 0: the whole image at once; None: sized from free memory
+    tile_pad: int | None = None  # LR pixels of context a tile reads; None: the receptive radius (seamless)
+    ext: str = "png"  # png, jpg or webp when -o is not a file name
+    quality: int = 95  # jpg and webp
+    suffix: str | None = None  # after the stem; None: _x<scale>
+    outscale: float | None = None  # final scale, resized after the network; None: the network's
+    alpha: str = "bicubic"  # how alpha is upscaled: bicubic or network
+    force: bool = False  # overwrite existing outputs
+    fp32_for_16bit: bool = False  # --precision auto: bf16 would keep only ~8 of 16 bits
+
+
+@dataclass
+class UpscaleReport:
+    written: list[Path] = field(default_factory=list)
+    failed: list[tuple[Path, str]] = field(default_factory=list)  # (input, why)
+
+
+def upscale_files(
+    generator: Generator, runtime: Runtime, inputs: list[Path], output: Path | None, options: UpscaleOptions
+) -> UpscaleReport:
+    """Upscale every input. Problems with the command (overwrites, name
+    clashes) raise SrganError before any work; an image that cannot be read
+    or written is logged, skipped and listed in the report."""
+    files = collect_inputs(inputs)
+    plan = plan_outputs(files, output, generator.scale, options)
+    pad = generator.receptive_radius if options.tile_pad is None else options.tile_pad
+    if pad < generator.receptive_radius and options.tile != 0:
+        log.warning("--tile-pad %d is below the generator's receptive radius %d: tile seams may show",
+                    pad, generator.receptive_radius)
+    log.info("upscaling %d image%s x%s, %s", len(plan), "" if len(plan) == 1 else "s",
+             scale_label(generator.scale, options.outscale), runtime.describe())
+    network = inference_network(generator, runtime)
+    report = UpscaleReport()
+    for source, target in tqdm(plan, unit="image", desc="upscale", dynamic_ncols=True):
+        try:
+            picture = read_picture(source)
+            result = upscale_picture(network, picture, runtime, options, progress=source.name)
+            write_picture(result, target, options.quality)
+        except SrganError as error:
+            log.warning("%s; skipped", error)
+            report.failed.append((source, str(error)))
+            continue
+        report.written.append(target)
+    return report
+
+
+def upscale_picture(
+    generator: Generator, picture: Picture, runtime: Runtime, options: UpscaleOptions, progress: str | None = None
+) -> Picture:
+    """The picture `scale` (or `outscale`) times larger, in kind: the same
+    bit depth, grayscale as grayscale, alpha kept."""
+    if picture.bits == 16 and options.fp32_for_16bit and runtime.precision != "fp32":
+        runtime = dataclasses.replace(runtime, precision="fp32")
+    tile, pad = options.tile, options.tile_pad
+    color = upscale_pixels(generator, picture.color, runtime, tile, pad, progress)
+    alpha = picture.alpha
+    if alpha is not None:
+        height, width = alpha.shape
+        if options.alpha == "network":
+            alpha = upscale_pixels(generator, alpha, runtime, tile, pad, progress and f"{progress} (alpha)")
+        else:
+            alpha = resize(alpha, (width * generator.scale, height * generator.scale), Image.BICUBIC)
+    if options.outscale is not None and options.outscale != generator.scale:
+        height, width = picture.color.shape[:2]
+        size = (max(1, round(width * options.outscale)), max(1, round(height * options.outscale)))
+        color = resize(color, size, Image.LANCZOS)
+        alpha = None if alpha is None else resize(alpha, size, Image.LANCZOS)
+    return Picture(color, alpha, picture.icc_profile)
+
+
+def upscale_pixels(
+    generator: Generator,
+    pixels: np.ndarray,
+    runtime: Runtime,
+    tile: int | None = None,
+    pad: int | None = None,
+    progress: str | None = None,
+) -> np.ndarray:
+    """HxWx3 (or HxW grayscale, run as RGB) uint8 or uint16 -> the same kind,
+    `scale` times larger. `tile` None: sized from free memory; `pad` None:
+    the receptive radius."""
+    height, width = pixels.shape[:2]
+    values = pixels.astype(np.float32)
+    values /= np.iinfo(pixels.dtype).max
+    if pixels.ndim == 2:
+        image = torch.from_numpy(values).expand(3, height, width)
+    else:
+        image = torch.from_numpy(values).permute(2, 0, 1)
+    pad = generator.receptive_radius if pad is None else pad
+    tile = auto_tile(generator, runtime, height, width, pad) if tile is None else tile
+    scale = generator.scale
+    out = np.empty((height * scale, width * scale) + pixels.shape[2:], dtype=pixels.dtype)
+    upscale_tiled(generator, image, runtime, out, tile, pad, progress)
+    return out
+
+
 def upscale_rgb8(generator: Generator, image: np.ndarray, runtime: Runtime) -> np.ndarray:
-    """HxWx3 uint8 -> (sH)x(sW)x3 uint8."""
-    x = torch.from_numpy(np.array(image)).permute(2, 0, 1)[None].to(runtime.device).float() / 255
-    with runtime.autocast():
-        y = generator(x)
-    return y[0].float().clamp(0, 1).mul(255).round().byte().permute(1, 2, 0).cpu().numpy()
+    """HxWx3 uint8 -> (sH)x(sW)x3 uint8, tiled seamlessly within the memory budget."""
+    return upscale_pixels(inference_network(generator, runtime), np.asarray(image, dtype=np.uint8), runtime)
+
+
+def inference_network(generator: Generator, runtime: Runtime) -> Generator:
+    """The generator's eval-mode function, rearranged to run faster (see
+    inference/fused.py), on the runtime's device and memory format."""
+    return runtime.place(fuse_for_inference(generator))
 
 
 def collect_inputs(inputs: list[Path]) -> list[Path]:
@@ -41,43 +149,38 @@ def collect_inputs(inputs: list[Path]) -> list[Path]:
     return files
 
 
-def output_path(source: Path, scale: int, output: Path | None, single: bool) -> Path:
-    """`<stem>_x<scale>.png` beside the input or in the folder `output`;
-    `output` itself when it names a .png file and there is one input."""
-    name = f"{source.stem}_x{scale}.png"
-    if output is None:
-        return source.with_name(name)
-    if single and output.suffix.lower() == ".png" and not output.is_dir():
-        return output
-    return output / name
+def scale_label(scale: int, outscale: float | None) -> str:
+    """4 -> '4', 2.5 -> '2.5': the final scale as it appears in file names."""
+    return f"{scale if outscale is None else outscale:g}"
 
 
-def write_png_atomically(image: np.ndarray, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    Image.fromarray(image).save(tmp, format="PNG")
-    os.replace(tmp, path)
-
-
-def upscale_files(
-    generator: Generator, runtime: Runtime, inputs: list[Path], output: Path | None, force: bool
-) -> list[Path]:
-    """Upscale every input; returns the files written."""
-    files = collect_inputs(inputs)
-    resolved_inputs = {f.resolve() for f in files}
-    plan = [(f, output_path(f, generator.scale, output, len(files) == 1)) for f in files]
+def plan_outputs(
+    files: list[Path], output: Path | None, scale: int, options: UpscaleOptions
+) -> list[tuple[Path, Path]]:
+    """(input, output) pairs, checked as a whole before any work."""
+    names_a_file = output is not None and output.suffix.lower() in OUTPUT_FORMATS and not output.is_dir()
+    if names_a_file and len(files) > 1:
+        raise SrganError(f"-o {output}: names one file, but there are {len(files)} inputs (give a folder)")
+    suffix = f"_x{scale_label(scale, options.outscale)}" if options.suffix is None else options.suffix
+    plan = []
+    for source in files:
+        if names_a_file:
+            target = output
+        else:
+            # JPEG has no alpha: such images are written as PNG instead.
+            ext = "png" if options.ext == "jpg" and has_alpha(source) else options.ext
+            target = (source.parent if output is None else output) / f"{source.stem}{suffix}.{ext}"
+        plan.append((source, target))
+    inputs = {source.resolve() for source in files}
+    claimed: dict[Path, Path] = {}
     for source, target in plan:
-        if target.resolve() in resolved_inputs:
-            raise SrganError(f"{target}: would overwrite an input image; choose another -o")
-        if target.exists() and not force:
+        resolved = target.resolve()
+        if resolved in inputs:
+            raise SrganError(f"{target}: would overwrite an input image; choose another -o or --suffix")
+        if resolved in claimed:
+            raise SrganError(f"{target}: both {claimed[resolved]} and {source} would be written there; "
+                             "upscale them into separate folders")
+        claimed[resolved] = source
+        if target.exists() and not options.force:
             raise SrganError(f"{target}: exists (use --force to overwrite)")
-    generator.eval()
-    written = []
-    for source, target in plan:
-        try:
-            image = load_rgb8(source)
-        except Exception as error:
-            raise SrganError(f"{source}: cannot be decoded as an image ({error.__class__.__name__})") from None
-        write_png_atomically(upscale_rgb8(generator, image, runtime), target)
-        written.append(target)
-    return written
+    return plan

@@ -10,6 +10,7 @@ import torch
 
 from srgan.configs.errors import SrganError
 from srgan.models.generator import Generator
+from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
 # What every srgan checkpoint holds (training adds more: schedulers, RNG states, ...).
 REQUIRED_KEYS = ("generator", "discriminator", "optimizer_g", "optimizer_d", "epoch", "step", "config")
@@ -52,15 +53,38 @@ def resolve_checkpoint_path(path: str | Path) -> Path:
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint written by `save_checkpoint`, or explain why not."""
     path = resolve_checkpoint_path(path)
+    state = _read_torch_file(path)
+    if not is_srgan_checkpoint(state):
+        raise SrganError(f"{path}: not an srgan checkpoint (expected the keys {', '.join(REQUIRED_KEYS)})")
+    return state
+
+
+def load_generator(path: str | Path) -> Generator:
+    """The generator of an srgan checkpoint (file or run folder), or of a bare
+    leftthomas/SRGAN generator state dict (its netG_epoch_*.pth files)."""
+    path = resolve_checkpoint_path(path)
+    state = _read_torch_file(path)
+    if is_srgan_checkpoint(state):
+        return generator_from_checkpoint(state, str(path))
+    if is_leftthomas_state_dict(state):
+        return generator_from_leftthomas(state, str(path))
+    raise SrganError(
+        f"{path}: not an srgan checkpoint (expected the keys {', '.join(REQUIRED_KEYS)}) "
+        "nor a leftthomas/SRGAN generator state dict (block1.0.weight, block2.conv1.weight, ...)"
+    )
+
+
+def is_srgan_checkpoint(state: Any) -> bool:
+    return isinstance(state, dict) and "generator" in state and "config" in state
+
+
+def _read_torch_file(path: Path) -> Any:
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # truncated zip, not a torch file, unpicklable content...
         text = str(error).strip().splitlines()
         reason = f"{error.__class__.__name__}: {text[0][:160]}" if text else error.__class__.__name__
         raise SrganError(f"{path}: not a readable checkpoint ({reason})") from None
-    if not isinstance(state, dict) or "generator" not in state or "config" not in state:
-        raise SrganError(f"{path}: not an srgan checkpoint (expected the keys {', '.join(REQUIRED_KEYS)})")
-    return state
 
 
 def generator_from_checkpoint(state: dict[str, Any], origin: str = "checkpoint") -> Generator:
