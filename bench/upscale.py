@@ -1,2 +1,93 @@
-"""`srgan bench upscale`: the project's upscaling path against a plain fp32
-NCHW forward of the same generator, timed in one run."""
+"""`srgan bench upscale`: the project's upscaling path (tiled, channels_last,
+inference_mode, the precision rules) against a plain fp32 NCHW forward of
+the same generator, timed in one run."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+import time
+
+import numpy as np
+import torch
+from PIL import Image
+
+from srgan.bench.machine import machine, peak_rss_mb, synchronize
+from srgan.inference.tiles import auto_tile, upscale_tiled
+from srgan.inference.upscale import inference_network, upscale_pixels
+from srgan.models import Generator, Runtime
+
+
+def test_photo(width: int, height: int) -> np.ndarray:
+    """A real photo (scikit-image's astronaut) resized to the size, or noise without scikit-image."""
+    try:
+        from srgan.data.samples import sample_paths
+        from srgan.data import load_rgb8
+
+        photo = load_rgb8(sample_paths(["astronaut"])[0])
+        return np.array(Image.fromarray(photo).resize((width, height), Image.BICUBIC))
+    except Exception:  # no scikit-image: the cost is the same on noise
+        return np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def timed(fn, iters: int, warmup: int, device: torch.device) -> list[float]:
+    times = []
+    for i in range(warmup + iters):
+        started = time.perf_counter()
+        fn()
+        synchronize(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - started)
+    return times
+
+
+def bench_upscale(generator: Generator, runtime: Runtime, width: int, height: int, iters: int, warmup: int,
+                  baseline: bool = True) -> dict:
+    generator = generator.eval()
+    network = inference_network(generator, runtime)
+    image = test_photo(width, height)
+    out_mp = width * height * generator.scale**2 / 1e6
+    pad = generator.receptive_radius
+    tile = auto_tile(generator, runtime, height, width, pad)
+    ours = timed(lambda: upscale_pixels(network, image, runtime), iters, warmup, runtime.device)
+    result = {
+        "bench": "upscale",
+        "width": width,
+        "height": height,
+        "scale": generator.scale,
+        "blocks": generator.blocks,
+        "channels": generator.channels,
+        "device": runtime.device.type,
+        "precision": runtime.precision,
+        "channels_last": runtime.channels_last,
+        "tile": tile,
+        "tile_pad": pad,
+        "iters": iters,
+        "median_s": statistics.median(ours),
+        "min_s": min(ours),
+        "output_mp_per_s": out_mp / statistics.median(ours),
+        "peak_rss_mb": round(peak_rss_mb(), 1),  # before the baseline's whole-image forward
+        **machine(),
+    }
+    if not baseline:
+        return result
+
+    # The plain forward: the same weights, fp32, NCHW, the whole image at once.
+    plain = copy.deepcopy(generator).to(runtime.device, memory_format=torch.contiguous_format).float()
+    x = torch.from_numpy(image).permute(2, 0, 1)[None].float().div(255).to(runtime.device)
+
+    def plain_forward():
+        with torch.no_grad():
+            return plain(x)
+
+    base = timed(plain_forward, iters, warmup, runtime.device)
+    reference = plain_forward()[0].permute(1, 2, 0).clamp(0, 1).cpu().numpy()
+    ours_fp32 = np.empty(reference.shape, dtype=np.float32)
+    fp32 = dataclasses.replace(runtime, precision="fp32")
+    upscale_tiled(network, x[0].cpu(), fp32, ours_fp32, tile, pad)
+    result.update({
+        "baseline_median_s": statistics.median(base),
+        "speedup": statistics.median(base) / statistics.median(ours),
+        "fp32_max_abs_diff": float(np.abs(ours_fp32 - reference).max()),
+    })
+    return result

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from srgan.cli.common import CONFIG_HELP, SET_HELP
+from srgan.cli.common import CONFIG_HELP, DEVICE_HELP, PRECISION_HELP, SET_HELP
 
 bench_app = typer.Typer(no_args_is_help=True, help="Time the training step and the upscaling path.")
 
@@ -57,3 +57,60 @@ def train(
     )
     if "speedup" in result:
         typer.echo(f"yardstick: {result['yardstick_median_s_per_step']:.3f} s median: {result['speedup']:.2f}x faster")
+
+
+@bench_app.command("upscale")
+def upscale(
+    size: str = typer.Option("512x512", "--size", help="Input size WxH (a real photo resized to it)."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-k", help="A trained generator; default: "
+                                              "random weights of the config's architecture."),
+    config: Optional[str] = typer.Option("srgan_x4", "--config", "-c", help=CONFIG_HELP),
+    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    iters: int = typer.Option(3, "--iters", help="Timed runs (after the warm-up)."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed runs first."),
+    baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Also time a plain fp32 NCHW forward."),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
+    precision: str = typer.Option("auto", help=PRECISION_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
+) -> None:
+    """Megapixels/s and peak memory of srgan upscale, and its speedup over a plain fp32 NCHW forward."""
+    from srgan.configs import SrganError, load_config
+
+    try:
+        width, height = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise SrganError(f"--size: expected WxH such as 512x512, got {size!r}") from None
+    if min(width, height, iters) < 1 or warmup < 0:
+        raise SrganError("--size and --iters: expected at least 1; --warmup: 0 or more")
+    resolved = load_config(config, overrides)
+    from srgan.bench.upscale import bench_upscale
+    from srgan.cli.common import runtime_from_options
+    from srgan.models import Generator
+    from srgan.models.checkpoint import load_generator
+
+    runtime = runtime_from_options(device, precision)
+    if checkpoint is not None:
+        generator = load_generator(checkpoint)
+    else:
+        torch_seed(resolved.train.seed)
+        generator = Generator(resolved.model.scale, resolved.model.blocks, resolved.model.channels)
+    result = bench_upscale(generator, runtime, width, height, iters, warmup, baseline)
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(
+        f"upscale {width}x{height} x{result['scale']}: {result['median_s']:.3f} s median, "
+        f"{result['output_mp_per_s']:.2f} output MP/s; {result['device']} {result['precision']}, "
+        f"tile {result['tile'] or 'none'}, peak RSS {result['peak_rss_mb']:.0f} MB"
+    )
+    if baseline:
+        typer.echo(
+            f"plain fp32 NCHW forward: {result['baseline_median_s']:.3f} s: {result['speedup']:.2f}x faster; "
+            f"fp32 mode differs from it by at most {result['fp32_max_abs_diff']:.2e}"
+        )
+
+
+def torch_seed(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
