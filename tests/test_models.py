@@ -36,6 +36,31 @@ def test_discriminator_gives_one_logit_per_image_for_any_crop():
     assert len(first_bn) == 7  # BN on all convs but the first
 
 
+def reference_forward(g: Generator, x: torch.Tensor) -> torch.Tensor:
+    """SRResNet as the paper draws it, layer after layer."""
+    h = g.head(x)
+    skip = h
+    for block in g.body:
+        h = h + block.bn2(block.conv2(block.prelu(block.bn1(block.conv1(h)))))
+    h = skip + g.body_end(h)
+    for stage in g.upsample:
+        h = stage.prelu(torch.nn.functional.pixel_shuffle(stage.conv(h), 2))
+    return (torch.tanh(g.tail(h)) + 1) / 2
+
+
+@pytest.mark.parametrize("scale", [2, 4, 8])
+def test_the_rearranged_tail_computes_the_plain_srresnet(scale):
+    torch.manual_seed(scale)
+    g = Generator(scale, 2, 8).double()
+    x = torch.rand(2, 3, 11, 9, dtype=torch.float64)
+    assert torch.allclose(g(x), reference_forward(g, x), atol=1e-12)
+    # the gradients reach tail.weight as they would through the plain tail
+    (ours,) = torch.autograd.grad(g(x).sum(), g.tail.weight)
+    (plain,) = torch.autograd.grad(reference_forward(g, x).sum(), g.tail.weight)
+    assert torch.allclose(ours, plain, atol=1e-10)
+    assert "tail_index" not in g.state_dict()
+
+
 @pytest.mark.parametrize("scale, blocks", [(4, 1), (2, 2), (8, 1)])
 def test_receptive_radius_is_exact(scale, blocks):
     """An input pixel `radius` LR pixels away from an output's LR pixel can
