@@ -18,53 +18,72 @@ from srgan.training.loop import build_parts
 from srgan.training.step import gan_step, generator_step
 
 
-def bench_train(config: Config, iters: int, warmup: int) -> dict:
+def bench_interleaved(configs: list[Config], iters: int, warmup: int) -> list[dict]:
     """Seconds per step of `gan_step` (or the generator-only step when the
-    adversarial weight is 0) on a fixed random batch; warm-up excluded.
-    Give it `loss.perceptual.weights: none` to need no VGG file: the cost is the same."""
-    t = config.train
-    runtime = resolve_runtime(t.device, t.precision, t.channels_last)
-    torch.manual_seed(t.seed)
-    parts = build_parts(config, runtime)
-    b, c, s = config.data.batch_size, config.data.crop_size, config.model.scale
-    hr = torch.rand(b, 3, c, c)
-    lr = F.interpolate(hr, scale_factor=1 / s, mode="bicubic").clamp(0, 1)
-    lr, hr = runtime.tensor(lr), runtime.tensor(hr)
-    step = gan_step if config.loss.weights.adversarial > 0 else generator_step
-    if runtime.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    times = []
+    adversarial weight is 0) for each config on a fixed random batch, warm-up
+    excluded. The configs' steps are taken in turn in one process, so that the
+    noise of a shared machine falls on all of them alike. Give them
+    `loss.perceptual.weights: none` to need no VGG file: the cost is the same."""
+    benches = [StepBench(config) for config in configs]
     for i in range(warmup + iters):
+        for bench in benches:
+            bench.step(timed=i >= warmup)
+    return [bench.result(iters) for bench in benches]
+
+
+class StepBench:
+    """One config's networks, optimizers and fixed batch, and its step times."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        t = config.train
+        self.runtime = resolve_runtime(t.device, t.precision, t.channels_last)
+        torch.manual_seed(t.seed)
+        self.parts = build_parts(config, self.runtime)
+        b, c, s = config.data.batch_size, config.data.crop_size, config.model.scale
+        hr = torch.rand(b, 3, c, c)
+        lr = F.interpolate(hr, scale_factor=1 / s, mode="bicubic").clamp(0, 1)
+        self.lr, self.hr = self.runtime.tensor(lr), self.runtime.tensor(hr)
+        self.gan = config.loss.weights.adversarial > 0
+        self.times: list[float] = []
+        self.finite = True
+        if self.runtime.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+    def step(self, timed: bool) -> None:
         started = time.perf_counter()
-        stats = step(parts, lr, hr)
-        synchronize(runtime.device)
-        finite = bool(torch.isfinite(stats["g_loss"]))  # also waits for the step
-        if i >= warmup:
-            times.append(time.perf_counter() - started)
-    result = {
-        "bench": "train",
-        "device": runtime.device.type,
-        "precision": runtime.precision,
-        "channels_last": runtime.channels_last,
-        "compile": t.compile,
-        "update": config.gan.update,
-        "batch": b,
-        "crop": c,
-        "scale": s,
-        "blocks": config.model.blocks,
-        "channels": config.model.channels,
-        "perceptual": f"{config.loss.perceptual.network}:{config.loss.perceptual.layer}",
-        "iters": iters,
-        "median_s_per_step": statistics.median(times),
-        "min_s_per_step": min(times),
-        "images_per_s": b / statistics.median(times),
-        "peak_rss_mb": round(peak_rss_mb(), 1),
-        "finite": finite,
-        **machine(),
-    }
-    if runtime.device.type == "cuda":
-        result["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-    return result
+        stats = (gan_step if self.gan else generator_step)(self.parts, self.lr, self.hr)
+        synchronize(self.runtime.device)
+        self.finite = bool(torch.isfinite(stats["g_loss"]))  # also waits for the step
+        if timed:
+            self.times.append(time.perf_counter() - started)
+
+    def result(self, iters: int) -> dict:
+        config, runtime, median = self.config, self.runtime, statistics.median(self.times)
+        result = {
+            "bench": "train",
+            "device": runtime.device.type,
+            "precision": runtime.precision,
+            "channels_last": runtime.channels_last,
+            "compile": config.train.compile,
+            "update": config.gan.update,
+            "batch": config.data.batch_size,
+            "crop": config.data.crop_size,
+            "scale": config.model.scale,
+            "blocks": config.model.blocks,
+            "channels": config.model.channels,
+            "perceptual": f"{config.loss.perceptual.network}:{config.loss.perceptual.layer}",
+            "iters": iters,
+            "median_s_per_step": median,
+            "min_s_per_step": min(self.times),
+            "images_per_s": config.data.batch_size / median,
+            "peak_rss_mb": round(peak_rss_mb(), 1),  # of the process: with several configs, of all so far
+            "finite": self.finite,
+            **machine(),
+        }
+        if runtime.device.type == "cuda":
+            result["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        return result
 
 
 def run_yardstick(path: Path, config: Config, iters: int, warmup: int) -> dict:

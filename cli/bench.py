@@ -23,6 +23,10 @@ def train(
     yardstick: Optional[Path] = typer.Option(
         None, "--yardstick", help="Also time this yardstick script (../shared/bench/yardstick_step.py) on the same shapes."
     ),
+    compare_update: bool = typer.Option(
+        False, "--compare-update", help="Also time the other gan.update (retain_graph / detach), the two steps "
+        "taken in turn in one process, and report retain_over_detach."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
 ) -> None:
     """Seconds per training step of the real step (random batch, random VGG weights)."""
@@ -32,9 +36,17 @@ def train(
         raise SrganError("--batch, --crop and --iters: expected at least 1; --warmup: 0 or more")
     settings = [f"data.batch_size={batch}", f"data.crop_size={crop}", "loss.perceptual.weights=none", *overrides]
     resolved = load_config(config, settings)
-    from srgan.bench.train import bench_train, run_yardstick
+    from srgan.bench.train import bench_interleaved, run_yardstick
 
-    result = bench_train(resolved, iters, warmup)
+    if compare_update:
+        other = "detach" if resolved.gan.update == "retain_graph" else "retain_graph"
+        result, other_result = bench_interleaved([resolved, load_config(config, [*settings, f"gan.update={other}"])],
+                                                 iters, warmup)
+        result[f"{other}_median_s_per_step"] = other_result["median_s_per_step"]
+        retain, detach = (result, other_result) if other == "detach" else (other_result, result)
+        result["retain_over_detach"] = retain["median_s_per_step"] / detach["median_s_per_step"]
+    else:
+        result = bench_interleaved([resolved], iters, warmup)[0]
     if yardstick is not None:
         shape = (resolved.model.blocks, resolved.model.channels, resolved.model.d_channels,
                  resolved.loss.perceptual.network, resolved.loss.perceptual.layer)
@@ -55,6 +67,8 @@ def train(
         f"{'channels_last' if result['channels_last'] else 'NCHW'}, update {result['update']}, "
         f"batch {batch}, crop {crop}, peak RSS {result['peak_rss_mb']:.0f} MB"
     )
+    if "retain_over_detach" in result:
+        typer.echo(f"retain_graph / detach, interleaved: {result['retain_over_detach']:.3f}")
     if "speedup" in result:
         typer.echo(f"yardstick: {result['yardstick_median_s_per_step']:.3f} s median: {result['speedup']:.2f}x faster")
 

@@ -55,3 +55,24 @@ def test_bench_refuses_a_yardstick_of_other_shapes(tmp_path):
     args = [a for v in TINY for a in ("--set", v)]
     result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script))
     assert result.returncode == 2 and "its step has 16 blocks" in result.stderr
+
+
+def test_bench_upscale_reports_its_figures_and_matches_the_plain_forward():
+    result = run_cli("bench", "upscale", "--set", "model.blocks=1", "--set", "model.channels=8", "--size", "40x24",
+                     "--iters", "1", "--warmup", "0", "--device", "cpu", "--precision", "fp32", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (figures["width"], figures["height"], figures["scale"], figures["blocks"]) == (40, 24, 4, 1)
+    for key in ("median_s", "output_mp_per_s", "peak_rss_mb", "baseline_median_s", "speedup"):
+        assert figures[key] > 0, key
+    # the fused, channels_last, tiled path computes the plain forward
+    assert figures["fp32_max_abs_diff"] < 1e-4
+
+
+def test_bench_compares_retain_graph_with_detach_in_one_run():
+    args = [a for v in TINY for a in ("--set", v)]
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "2", "--compare-update", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["update"] == "retain_graph" and figures["detach_median_s_per_step"] > 0
+    assert figures["retain_over_detach"] == figures["median_s_per_step"] / figures["detach_median_s_per_step"]
