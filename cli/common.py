@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from srgan.configs import SrganError
 
-CONFIG_HELP = "A preset name (see `srgan config list`) or a YAML file. Default: demo."
+CONFIG_HELP = "A preset name (see `srgan config list`) or a YAML file."
 SET_HELP = "Override one key, e.g. --set train.epochs=5 (repeatable; values are YAML scalars)."
 DEVICE_HELP = "auto (CUDA when available), cpu or cuda."
 PRECISION_HELP = "auto (bf16 where the device runs it fast, else fp32), fp32, bf16 or fp16 (CUDA only)."

@@ -11,7 +11,7 @@ from srgan.cli.common import CONFIG_HELP, SET_HELP
 
 
 def train(
-    config: Optional[str] = typer.Option(None, "--config", "-c", help=CONFIG_HELP),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help=CONFIG_HELP + " Default: demo."),
     overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
     resume: Optional[Path] = typer.Option(
         None, "--resume", help="A run folder to continue from its checkpoints/last.pt (with its config.yaml "
