@@ -25,6 +25,8 @@ def bench_interleaved(configs: list[Config], iters: int, warmup: int) -> list[di
     noise of a shared machine falls on all of them alike. Give them
     `loss.perceptual.weights: none` to need no VGG file: the cost is the same."""
     benches = [StepBench(config) for config in configs]
+    if any(bench.runtime.device.type == "cuda" for bench in benches):
+        torch.cuda.reset_peak_memory_stats()  # once, after building: the peak of the steps
     for i in range(warmup + iters):
         for bench in benches:
             bench.step(timed=i >= warmup)
@@ -47,8 +49,6 @@ class StepBench:
         self.gan = config.loss.weights.adversarial > 0
         self.times: list[float] = []
         self.finite = True
-        if self.runtime.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
 
     def step(self, timed: bool) -> None:
         started = time.perf_counter()
@@ -82,7 +82,7 @@ class StepBench:
             **machine(),
         }
         if runtime.device.type == "cuda":
-            result["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+            result["peak_cuda_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)  # as peak_rss_mb
         return result
 
 

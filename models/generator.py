@@ -51,7 +51,7 @@ class Generator(nn.Module):
         self.tail = nn.Conv2d(channels, 3, 9, padding=4)
         # Where each weight of the tail, run before the last PixelShuffle, comes
         # from in `tail.weight` (see forward); not saved: derived from the shape.
-        self.register_buffer("tail_index", tail_before_shuffle_index(channels, 9), persistent=False)
+        self.register_buffer("tail_index", tail_before_shuffle_index(channels, self.tail.kernel_size[0]), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.head(x)
@@ -67,7 +67,8 @@ class Generator(nn.Module):
         last = self.upsample[-1]
         h = last.prelu(last.conv(h))
         weight = torch.cat([self.tail.weight.flatten(), self.tail.weight.new_zeros(1)])[self.tail_index]
-        h = F.pixel_shuffle(F.conv2d(h, weight, self.tail.bias.repeat_interleave(4), padding=2), 2)
+        h = F.conv2d(h, weight, self.tail.bias.repeat_interleave(4), padding=weight.shape[-1] // 2)
+        h = F.pixel_shuffle(h, 2)
         # (tanh + 1) / 2 maps to [0, 1] with the gradient of the seed code.
         return (torch.tanh(h) + 1) / 2
 

@@ -1,7 +1,6 @@
 """`srgan upscale`: seamless tiles, images in kind, per-file failures, leftthomas/SRGAN weights."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
