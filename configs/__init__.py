@@ -1,5 +1,5 @@
 """Configuration: the typed schema, the YAML presets beside it, and the loader."""
-from srgan.configs.errors import SrganError
+from srgan.configs.errors import SrganError, first_line
 from srgan.configs.loader import (
     config_from_dict,
     config_to_dict,
@@ -15,6 +15,7 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "config_to_yaml",
+    "first_line",
     "load_config",
     "preset_names",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from importlib import resources
@@ -21,6 +22,22 @@ DEFAULT_PRESET = "demo"
 
 # The layers of torchvision's VGG `features`: conv layers per block.
 VGG_BLOCKS = {"vgg16": (2, 2, 3, 3, 3), "vgg19": (2, 2, 4, 4, 4)}
+
+# Upper bounds on what a config may ask for, checked before anything is
+# allocated, whether the config comes from the user or from a checkpoint: far
+# above any published SRResNet/SRGAN (16 blocks, 64 channels), far below
+# what would exhaust memory while building the networks.
+LIMITS = {
+    "model.blocks": 128,
+    "model.channels": 512,
+    "model.d_channels": 256,
+    "data.crop_size": 2048,
+    "data.batch_size": 4096,
+    "data.workers": 256,
+    "data.repeat": 1_000_000,
+}
+MAX_CONFIG_BYTES = 1 << 20  # a YAML config is a page of text
+MAX_SEED = 2**32 - 1  # NumPy's legacy seed is 32-bit
 
 
 def preset_names() -> list[str]:
@@ -74,6 +91,17 @@ def vgg_layer_count(network: str, layer: str) -> int | None:
     return None
 
 
+def vgg_pool_count(network: str, layer: str) -> int:
+    """How many 2x2 max-poolings of VGG `features` come before `layer` (and it, for pool<b>)."""
+    count = vgg_layer_count(network, layer) or 0
+    kept, pools = 0, 0
+    for convs in VGG_BLOCKS[network]:
+        kept += 2 * convs + 1
+        if kept <= count:
+            pools += 1
+    return pools
+
+
 def _read_source(source: str) -> tuple[dict, str, str]:
     path = Path(source)
     looks_like_path = path.suffix in (".yaml", ".yml") or "/" in source or path.is_file()
@@ -89,19 +117,29 @@ def _read_source(source: str) -> tuple[dict, str, str]:
     if not path.is_file():
         raise SrganError(f"--config: {source}: no such file")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or "invalid YAML"
-        raise SrganError(f"{path}:{where}: {problem}") from None
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise SrganError(f"{path}: {path.stat().st_size:,} bytes; a config is at most {MAX_CONFIG_BYTES:,}")
+        raw = parse_yaml(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError) as error:
-        raise SrganError(f"{path}: cannot be read ({error})") from None
+        raise SrganError(f"{path}: cannot be read ({error.__class__.__name__}: {error})") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise SrganError(f"{path}: expected a mapping of config sections, got {type(raw).__name__}")
     return raw, str(path), path.stem
+
+
+def parse_yaml(text: str, origin: str) -> Any:
+    """yaml.safe_load with its failures as one-line errors naming `origin`."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise SrganError(f"{origin}:{where}: {problem}") from None
+    except RecursionError:
+        raise SrganError(f"{origin}: nested too deeply to be a config") from None
 
 
 def _apply_override(raw: dict, item: str) -> None:
@@ -110,8 +148,10 @@ def _apply_override(raw: dict, item: str) -> None:
     if not sep or not key:
         raise SrganError(f"--set {item!r}: expected key.path=value, e.g. --set train.epochs=5")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
+        value = parse_yaml(text, f"--set {key}") if text.strip() else None
+    except SrganError as error:
+        if "nested too deeply" in str(error):
+            raise
         value = text  # not a YAML scalar: take it as a plain string
     node = raw
     parts = key.split(".")
@@ -158,7 +198,8 @@ def _convert(hint: Any, value: Any, key: str, origin: str):
         (inner,) = [a for a in args if a is not type(None)]
         return _convert(inner, value, key, origin)
     if origin_type is Literal:
-        if value not in args or isinstance(value, bool):
+        # by type too: 4.0 == 4, but a scale of 4.0 is a mistake to report
+        if not any(value == a and type(value) is type(a) for a in args):
             choices = ", ".join(str(a) for a in args)
             raise SrganError(f"{origin}: {key}: expected one of {choices}, got {_show(value)}")
         return value
@@ -175,18 +216,27 @@ def _convert(hint: Any, value: Any, key: str, origin: str):
             raise SrganError(f"{origin}: {key}: expected an integer, got {_show(value)}")
         return value
     if hint is float:
+        number = value
         # PyYAML reads 1e-4 (no dot) as a string: accept any text float() reads.
         if isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
             raise SrganError(f"{origin}: {key}: expected a number, got {_show(value)}")
-        return float(value)
+        try:
+            number = float(number)
+        except OverflowError:  # an integer beyond any float
+            number = math.inf
+        if not math.isfinite(number):
+            raise SrganError(f"{origin}: {key}: expected a finite number, got {_show(value)}")
+        return number
     if hint is str:
         if not isinstance(value, str):
             raise SrganError(f"{origin}: {key}: expected a string, got {_show(value)}")
+        if "\x00" in value:
+            raise SrganError(f"{origin}: {key}: expected a string without NUL characters")
         return value
     raise TypeError(f"unsupported config type {hint!r} for {key}")
 
@@ -198,7 +248,10 @@ def _show(value: Any) -> str:
         return "a list"
     if value is None:
         return "null"
-    return f"{value!r} ({type(value).__name__})"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
 
 
 def _check_values(c: Config, origin: str) -> None:
@@ -206,7 +259,12 @@ def _check_values(c: Config, origin: str) -> None:
         if not ok:
             raise SrganError(f"{origin}: {key}: expected {expected}, got {got!r}")
 
-    need(c.name.strip() != "" and "/" not in c.name, "name", "a non-empty name without '/'", c.name)
+    need(c.name.strip() not in ("", ".", "..") and "/" not in c.name and "\\" not in c.name, "name",
+         "a non-empty name without '/'", c.name)
+    for key, limit in LIMITS.items():
+        section, name = key.split(".")
+        value = getattr(getattr(c, section), name)
+        need(value <= limit, key, f"at most {limit:,} (a limit of srgan's, far above any published model)", value)
     need(c.model.blocks >= 1, "model.blocks", "at least 1", c.model.blocks)
     need(c.model.channels >= 1, "model.channels", "at least 1", c.model.channels)
     need(c.model.d_channels >= 1, "model.d_channels", "at least 1", c.model.d_channels)
@@ -221,6 +279,10 @@ def _check_values(c: Config, origin: str) -> None:
     need(c.data.repeat >= 1, "data.repeat", "at least 1", c.data.repeat)
     need(c.data.cache_mb >= 0, "data.cache_mb", "0 (never) or more MB", c.data.cache_mb)
     need(c.data.val_max_size >= 0, "data.val_max_size", "0 (no cap) or more", c.data.val_max_size)
+    smallest_val = 2 * c.model.scale + 11  # the SSIM window once `scale` px are shaved from each border
+    need(c.data.val_max_size == 0 or c.data.val_max_size - c.data.val_max_size % c.model.scale >= smallest_val,
+         "data.val_max_size", f"0 or at least {smallest_val} px (the SSIM window after the border shave)",
+         c.data.val_max_size)
     for term in ("image", "adversarial", "perceptual", "tv"):
         weight = getattr(c.loss.weights, term)
         need(weight >= 0, f"loss.weights.{term}", "a weight of 0 or more", weight)
@@ -234,8 +296,13 @@ def _check_values(c: Config, origin: str) -> None:
         )
     need(c.loss.perceptual.weights != "", "loss.perceptual.weights", "imagenet, auto, none or a file path",
          c.loss.perceptual.weights)
+    if c.loss.weights.perceptual > 0:
+        pools = vgg_pool_count(network, layer)
+        need(c.data.crop_size >= 2**pools, "data.crop_size",
+             f"at least {2**pools} px: loss.perceptual.layer {layer} comes after {pools} 2x2 poolings", c.data.crop_size)
     t = c.train
     need(t.epochs >= 1, "train.epochs", "at least 1", t.epochs)
+    need(0 <= t.seed <= MAX_SEED, "train.seed", f"0 to {MAX_SEED}", t.seed)
     need(t.max_steps >= 0, "train.max_steps", "0 (no limit) or more", t.max_steps)
     need(t.pretrain_steps >= 0, "train.pretrain_steps", "0 or more", t.pretrain_steps)
     need(t.lr_g > 0, "train.lr_g", "a positive learning rate", t.lr_g)

@@ -1,0 +1,153 @@
+"""The one way srgan writes a file.
+
+`write_file` writes a temporary file beside the target (a name unique to the
+process, so two writers never share one), flushes it to disk and renames it
+into place: a kill or a full disk at any moment leaves either the old file
+or the new one, never half of one, and no temporary file behind. It refuses
+to write over an input, and over an existing file unless asked to
+(`overwrite`, what `--force` sets); the target's resolved path must lie in
+the folder the caller named, so that a name built from user parts cannot
+escape it."""
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterable
+
+from srgan.configs.errors import SrganError
+
+# What a full disk (or a quota, or a file-size limit) raises on a write.
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class DiskFull(SrganError):
+    """No room to write a file; the previous version of it is untouched."""
+
+
+def check_output(
+    path: Path, overwrite: bool = False, inputs: Iterable[Path] = (), folder: Path | None = None
+) -> Path:
+    """Refuse a target that is an input, that exists (unless `overwrite`),
+    that is a folder, or whose resolved path is not in `folder` (default: the
+    folder its name says). Returns the resolved path. Checked again at the
+    rename, but checking before any work means no work is wasted."""
+    path = Path(path)
+    if path.name in ("", ".", "..") or "\x00" in str(path):
+        raise SrganError(f"{path}: not a file name")
+    asked = (path.parent if folder is None else Path(folder)).resolve()
+    final = path.parent.resolve() / path.name
+    if final.parent != asked:
+        raise SrganError(f"{path}: lies outside {asked}, where it was asked to be written")
+    for source in inputs:
+        if _same_file(final, Path(source)):
+            raise SrganError(f"{path}: is an input; refusing to write over it")
+    if final.is_dir():
+        raise SrganError(f"{path}: is a folder, not a file name")
+    if not overwrite and (final.exists() or final.is_symlink()):
+        raise SrganError(f"{path}: exists (use --force to overwrite)")
+    return final
+
+
+def write_file(
+    path: Path,
+    save: Callable[[BinaryIO], None],
+    overwrite: bool = False,
+    inputs: Iterable[Path] = (),
+    folder: Path | None = None,
+) -> None:
+    """Write `path` atomically with `save(file)`. Raises SrganError for a
+    refused target, DiskFull when the disk fills up (the temporary file is
+    removed, an old `path` kept), and lets other errors of `save` through
+    after removing the temporary file."""
+    final = check_output(path, overwrite, inputs, folder)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    watched = None
+    existed = final.exists()
+    try:
+        try:
+            with open(tmp, "xb") as f:
+                watched = _WatchedFile(f)
+                save(watched)
+                f.flush()
+                os.fsync(f.fileno())
+            if overwrite:
+                os.replace(tmp, final)
+            else:
+                _link_no_clobber(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except BaseException as error:
+        # torch.save reports a failed write as a RuntimeError of its own: the
+        # OSError underneath is what the wrapper saw.
+        cause = error if isinstance(error, OSError) else getattr(watched, "error", None)
+        if cause is not None and cause.errno in FULL_DISK_ERRNOS:
+            kept = f"the previous {final.name} is kept" if existed else "nothing was written"
+            raise DiskFull(f"disk full at {final} ({cause.strerror}); {kept}") from None
+        if isinstance(error, OSError) and error.errno == errno.EEXIST:
+            raise SrganError(f"{path}: exists (another process wrote it meanwhile; use --force to overwrite)") from None
+        raise
+    _sync_folder(final.parent)
+
+
+def write_bytes(path: Path, data: bytes, **checks) -> None:
+    write_file(path, lambda f: f.write(data), **checks)
+
+
+def write_text(path: Path, text: str, **checks) -> None:
+    write_bytes(path, text.encode("utf-8"), **checks)
+
+
+class _WatchedFile:
+    """A file object that remembers the OSError of a failed write, for
+    writers (torch.save) that replace it with an exception of their own."""
+
+    def __init__(self, file: BinaryIO):
+        self._file = file
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            return self._file.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._file, name)
+
+
+def _link_no_clobber(tmp: Path, final: Path) -> None:
+    """Rename that fails when `final` exists (a hard link is atomic and never
+    replaces); on file systems without hard links, check then rename."""
+    try:
+        os.link(tmp, final)
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if final.exists():
+            raise OSError(errno.EEXIST, "exists", str(final)) from None
+        os.replace(tmp, final)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a == b.resolve()
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename itself durable (where the platform lets a folder be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
