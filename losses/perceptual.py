@@ -10,9 +10,10 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from srgan.configs.errors import SrganError
+from srgan.configs.errors import SrganError, first_line
 from srgan.configs.loader import VGG_BLOCKS, vgg_layer_count
 from srgan.configs.schema import PerceptualConfig
+from srgan.files import read_torch_file
 
 log = logging.getLogger("srgan")
 
@@ -83,35 +84,36 @@ def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
                 config.network, cached.parent, cached.name,
             )
             return VGGFeatures(config.network, config.layer, None)
-        try:
-            full = weights.get_state_dict(progress=False)  # the cache, else a download
-        except Exception as error:  # a download can fail in many ways; all mean the same here
+        if not cached.is_file():
+            try:  # a download into the cache (read below: torch.hub would unpickle it unsafely)
+                weights.get_state_dict(progress=False, weights_only=True, check_hash=True)
+            except Exception as error:  # a download can fail in many ways; all mean the same here
+                raise SrganError(
+                    f"loss.perceptual.weights: imagenet: {config.network} ImageNet weights are not in {cached} "
+                    f"and could not be downloaded ({first_line(error)}); put the file there, "
+                    "or set loss.perceptual.weights to auto (random features when missing), none, "
+                    "or the path of a VGG state dict"
+                ) from None
+        path = cached
+    else:
+        path = Path(choice).expanduser()
+        if not path.is_file():
             raise SrganError(
-                f"loss.perceptual.weights: imagenet: {config.network} ImageNet weights are not in {cached} "
-                f"and could not be downloaded ({error.__class__.__name__}: {error}); put the file there, "
-                "or set loss.perceptual.weights to auto (random features when missing), none, "
-                "or the path of a VGG state dict"
-            ) from None
-        return _with_weights(config, _features_part(full, count, str(cached)), str(cached))
-    path = Path(choice)
-    if not path.is_file():
-        raise SrganError(
-            f"loss.perceptual.weights: {choice}: no such file (expected imagenet, auto, none or a state-dict path)"
-        )
+                f"loss.perceptual.weights: {choice}: no such file (expected imagenet, auto, none or a state-dict path)"
+            )
     try:
-        full = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise SrganError(f"loss.perceptual.weights: {path}: not a readable state dict ({error})") from None
+        full = read_torch_file(path, "VGG state dict")
+    except SrganError as error:
+        raise SrganError(f"loss.perceptual.weights: {error}") from None
     return _with_weights(config, _features_part(full, count, str(path)), str(path))
 
 
 def _with_weights(config: PerceptualConfig, state: dict[str, torch.Tensor], origin: str) -> VGGFeatures:
     try:
         return VGGFeatures(config.network, config.layer, state)
-    except RuntimeError as error:  # missing keys or wrong shapes
-        first = str(error).strip().splitlines()[0]
+    except (RuntimeError, TypeError, AttributeError, ValueError) as error:  # missing keys, wrong shapes or types
         raise SrganError(
-            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {config.layer} ({first})"
+            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {config.layer} ({first_line(error)})"
         ) from None
 
 

@@ -1,14 +1,24 @@
-"""Checkpoints: a dict of tensors and plain values, written atomically,
-read back with `weights_only=True` (no pickled code runs on load)."""
+"""Checkpoints: a dict of tensors and plain values, written atomically, read
+back with `weights_only=True` (no pickled code runs on load) and checked
+once, here, so that the rest of the program can trust what it holds.
+
+A checkpoint is a file anyone may hand us: its config's sizes are checked
+against the config limits before a network is built, its tensors against the
+shapes that config implies (on the meta device: nothing is allocated), and
+its numbers for finiteness. The first problem found is reported, naming the
+file and the key."""
 from __future__ import annotations
 
-import os
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from srgan.configs.errors import SrganError
+from srgan.configs import Config, SrganError, config_from_dict
+from srgan.files import read_torch_file, write_file
+from srgan.models.discriminator import Discriminator
 from srgan.models.generator import Generator
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
@@ -17,29 +27,14 @@ REQUIRED_KEYS = ("generator", "discriminator", "optimizer_g", "optimizer_d", "ep
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write to a temporary file beside `path`, flush it to disk, then rename:
-    a crash mid-write leaves the previous checkpoint intact."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    try:  # make the rename itself durable
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    """Atomically (see srgan.files): a crash or a full disk mid-write leaves
+    the previous checkpoint intact."""
+    write_file(Path(path), lambda f: torch.save(state, f), overwrite=True)
 
 
 def resolve_checkpoint_path(path: str | Path) -> Path:
     """A checkpoint file, or a run folder (its checkpoints/last.pt)."""
-    path = Path(path)
+    path = Path(path).expanduser()
     if path.is_dir():
         for candidate in (path / "checkpoints" / "last.pt", path / "last.pt"):
             if candidate.is_file():
@@ -50,12 +45,14 @@ def resolve_checkpoint_path(path: str | Path) -> Path:
     return path
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by `save_checkpoint`, or explain why not."""
+def load_checkpoint(path: str | Path, for_resume: bool = True) -> dict[str, Any]:
+    """Read and check a checkpoint written by `save_checkpoint`: everything
+    a resume needs (`for_resume`), or the generator and its config only."""
     path = resolve_checkpoint_path(path)
-    state = _read_torch_file(path)
+    state = read_torch_file(path)
     if not is_srgan_checkpoint(state):
         raise SrganError(f"{path}: not an srgan checkpoint (expected the keys {', '.join(REQUIRED_KEYS)})")
+    check_checkpoint(state, str(path), for_resume)
     return state
 
 
@@ -63,11 +60,14 @@ def load_generator(path: str | Path) -> Generator:
     """The generator of an srgan checkpoint (file or run folder), or of a bare
     leftthomas/SRGAN generator state dict (its netG_epoch_*.pth files)."""
     path = resolve_checkpoint_path(path)
-    state = _read_torch_file(path)
+    state = read_torch_file(path)
     if is_srgan_checkpoint(state):
-        return generator_from_checkpoint(state, str(path))
+        check_checkpoint(state, str(path), for_resume=False)
+        return generator_from_checkpoint(state)
     if is_leftthomas_state_dict(state):
-        return generator_from_leftthomas(state, str(path))
+        generator = generator_from_leftthomas(state, str(path))
+        check_finite(generator.state_dict(), f"{path}: generator")
+        return generator
     raise SrganError(
         f"{path}: not an srgan checkpoint (expected the keys {', '.join(REQUIRED_KEYS)}) "
         "nor a leftthomas/SRGAN generator state dict (block1.0.weight, block2.conv1.weight, ...)"
@@ -78,27 +78,146 @@ def is_srgan_checkpoint(state: Any) -> bool:
     return isinstance(state, dict) and "generator" in state and "config" in state
 
 
-def _read_torch_file(path: Path) -> Any:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated zip, not a torch file, unpicklable content...
-        text = str(error).strip().splitlines()
-        reason = f"{error.__class__.__name__}: {text[0][:160]}" if text else error.__class__.__name__
-        raise SrganError(f"{path}: not a readable checkpoint ({reason})") from None
-
-
-def generator_from_checkpoint(state: dict[str, Any], origin: str = "checkpoint") -> Generator:
-    """The generator described by the checkpoint's own config, with its weights
-    (the EMA weights when the run kept them)."""
-    model = state["config"].get("model", {}) if isinstance(state["config"], dict) else {}
-    try:
-        generator = Generator(int(model["scale"]), int(model["blocks"]), int(model["channels"]))
-    except (KeyError, TypeError, ValueError):
-        raise SrganError(f"{origin}: its config has no valid model.scale, model.blocks, model.channels") from None
-    weights = state.get("generator_ema") or state["generator"]
-    try:
-        generator.load_state_dict(weights)
-    except RuntimeError as error:
-        first = str(error).strip().splitlines()[0]
-        raise SrganError(f"{origin}: generator weights do not fit its config ({first})") from None
+def generator_from_checkpoint(state: dict[str, Any]) -> Generator:
+    """The generator of a checked checkpoint, with its weights (the EMA
+    weights when the run kept them)."""
+    generator = Generator.from_config(checkpoint_config(state).model)
+    generator.load_state_dict(state.get("generator_ema") or state["generator"])
     return generator
+
+
+# ---- the checks -------------------------------------------------------------
+
+
+def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> None:
+    """Raise SrganError naming the first thing wrong with `state`."""
+    config = state.get("config")
+    if not isinstance(config, dict):
+        raise SrganError(f"{origin}: config: expected a mapping, got {type(config).__name__}")
+    run_config = config_from_dict(config, f"{origin}: config")  # types and size limits, before building
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        generator = Generator.from_config(run_config.model)
+    check_state_dict(state["generator"], generator, f"{origin}: generator")
+    if state.get("generator_ema") is not None:
+        check_state_dict(state["generator_ema"], generator, f"{origin}: generator_ema")
+    if for_resume:
+        missing = [key for key in REQUIRED_KEYS if key not in state]
+        if missing:
+            raise SrganError(f"{origin}: lacks {', '.join(missing)}, which resuming needs")
+        with torch.device("meta"):
+            discriminator = Discriminator(run_config.model.d_channels)
+        check_state_dict(state["discriminator"], discriminator, f"{origin}: discriminator")
+        check_adam_state(state["optimizer_g"], generator, f"{origin}: optimizer_g")
+        check_adam_state(state["optimizer_d"], discriminator, f"{origin}: optimizer_d")
+        for key, least in (("step", 0), ("epoch", 1), ("epoch_step", 0), ("best_step", 0),
+                           ("validated_step", -1), ("closed_step", -1)):
+            value = state.get(key, least)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise SrganError(f"{origin}: {key}: expected an integer of at least {least}, got {value!r}")
+        if not isinstance(state.get("best_psnr", 0.0), (int, float)):
+            raise SrganError(f"{origin}: best_psnr: expected a number, got {state['best_psnr']!r}")
+        if not isinstance(state.get("scaler", {}), dict):
+            raise SrganError(f"{origin}: scaler: expected a mapping")
+        last = state.get("last_validation", {})
+        if last and not (isinstance(last, dict) and isinstance(last.get("step"), int)
+                         and all(isinstance(last.get(k), (int, float)) for k in ("psnr", "ssim", "best"))):
+            raise SrganError(f"{origin}: last_validation: expected step, psnr, ssim and best")
+        check_metric_state(state.get("metrics", {}), f"{origin}: metrics")
+        if "rng" in state:
+            check_rng_state(state["rng"], f"{origin}: rng")
+
+
+def check_state_dict(weights: Any, module: torch.nn.Module, origin: str) -> None:
+    """`weights` must be a state dict of exactly `module`'s keys and shapes,
+    with finite values."""
+    if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+        raise SrganError(f"{origin}: expected a state dict (names -> tensors)")
+    expected = module.state_dict()
+    for name, tensor in expected.items():
+        if name not in weights:
+            raise SrganError(f"{origin}: lacks {name} (the config's networks need it)")
+        if weights[name].shape != tensor.shape:
+            raise SrganError(f"{origin}: {name} has shape {list(weights[name].shape)}, the config's networks "
+                             f"need {list(tensor.shape)}")
+        if weights[name].dtype.is_floating_point != tensor.dtype.is_floating_point:
+            raise SrganError(f"{origin}: {name} is {weights[name].dtype}, expected {tensor.dtype}")
+    unexpected = [name for name in weights if name not in expected]
+    if unexpected:
+        raise SrganError(f"{origin}: unexpected {unexpected[0]} (not a weight of the config's networks)")
+    check_finite(weights, origin)
+
+
+def check_finite(weights: dict[str, torch.Tensor], origin: str) -> None:
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise SrganError(f"{origin}: {name} holds NaN or infinite values (the run diverged before this "
+                             "checkpoint?); it would produce garbage")
+
+
+def check_adam_state(state: Any, module: torch.nn.Module, origin: str) -> None:
+    """An Adam state_dict for `module`'s parameters, in their order."""
+    shapes = [p.shape for p in module.parameters()]
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict) \
+            or not isinstance(state.get("param_groups"), list):
+        raise SrganError(f"{origin}: expected an optimizer state (state, param_groups)")
+    indices = []
+    for group in state["param_groups"]:
+        if not isinstance(group, dict) or not isinstance(group.get("params"), list):
+            raise SrganError(f"{origin}: param_groups: expected mappings with a list of params")
+        indices += group["params"]
+    if sorted(indices) != list(range(len(shapes))):
+        raise SrganError(f"{origin}: holds {len(indices)} parameters, the config's network has {len(shapes)}")
+    for index, entry in state["state"].items():
+        if not isinstance(index, int) or not 0 <= index < len(shapes) or not isinstance(entry, dict):
+            raise SrganError(f"{origin}: state: unexpected entry {index!r}")
+        for name in ("exp_avg", "exp_avg_sq"):
+            value = entry.get(name)
+            if not isinstance(value, torch.Tensor) or value.shape != shapes[index]:
+                raise SrganError(f"{origin}: state {index}: {name} does not match its parameter's shape "
+                                 f"{list(shapes[index])}")
+        if not isinstance(entry.get("step"), (torch.Tensor, int, float)):
+            raise SrganError(f"{origin}: state {index}: lacks its step count")
+        check_finite({f"state {index}": entry["exp_avg"], f"state {index} sq": entry["exp_avg_sq"]}, origin)
+
+
+def check_rng_state(rng: Any, origin: str) -> None:
+    """Each generator state must load into a scratch generator of its kind."""
+    if not isinstance(rng, dict) or not {"python", "numpy", "torch"} <= set(rng):
+        raise SrganError(f"{origin}: expected the python, numpy and torch generator states")
+    try:
+        random.Random().setstate(as_tuples(rng["python"]))
+    except (TypeError, ValueError, OverflowError):
+        raise SrganError(f"{origin}: python: not a state of Python's random generator") from None
+    try:
+        kind, keys, *rest = rng["numpy"]
+        np.random.RandomState().set_state((kind, np.array(keys, dtype=np.uint32), *rest))
+    except (TypeError, ValueError, OverflowError):
+        raise SrganError(f"{origin}: numpy: not a state of NumPy's random generator") from None
+    try:
+        if not isinstance(rng["torch"], torch.Tensor):
+            raise TypeError
+        torch.Generator().set_state(rng["torch"])
+    except (TypeError, RuntimeError):
+        raise SrganError(f"{origin}: torch: not a state of torch's random generator") from None
+
+
+def as_tuples(value):
+    """random.setstate wants the tuples that a round trip may have turned into lists."""
+    return tuple(as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def check_metric_state(metrics: Any, origin: str) -> None:
+    """The epoch's running sums of the logged values (see training/logs.py)."""
+    ok = isinstance(metrics, dict) and all(
+        isinstance(metrics.get(part, {}), dict)
+        and all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                for k, v in metrics.get(part, {}).items())
+        for part in ("sums", "counts")
+    )
+    if not ok:
+        raise SrganError(f"{origin}: expected sums and counts of the logged values")
+
+
+def checkpoint_config(state: dict[str, Any]) -> Config:
+    """The config of a checkpoint that load_checkpoint has checked, typed."""
+    return config_from_dict(state["config"], "checkpoint")

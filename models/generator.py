@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import math
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from srgan.configs.schema import ModelConfig
 
 
 class ResidualBlock(nn.Module):
@@ -52,6 +57,11 @@ class Generator(nn.Module):
         # Where each weight of the tail, run before the last PixelShuffle, comes
         # from in `tail.weight` (see forward); not saved: derived from the shape.
         self.register_buffer("tail_index", tail_before_shuffle_index(channels, self.tail.kernel_size[0]), persistent=False)
+
+    @classmethod
+    def from_config(cls, model: "ModelConfig") -> "Generator":
+        """The generator a config's `model` section describes."""
+        return cls(model.scale, model.blocks, model.channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.head(x)

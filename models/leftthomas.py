@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from srgan.configs.errors import SrganError
+from srgan.configs.errors import SrganError, first_line
+from srgan.configs.loader import LIMITS
 from srgan.models.generator import Generator
 
 
@@ -41,6 +42,10 @@ def generator_from_leftthomas(state: dict[str, torch.Tensor], origin: str = "sta
     while f"{last}.{stages}.conv.weight" in state:
         stages += 1
     channels = state["block1.0.weight"].shape[0]
+    for key, value in (("model.blocks", blocks), ("model.channels", channels)):
+        if value > LIMITS[key]:
+            raise SrganError(f"{origin}: a leftthomas/SRGAN generator of {value} {key.split('.')[1]}, more than "
+                             f"srgan's limit of {LIMITS[key]}")
     if stages not in (1, 2, 3) or f"{last}.{stages}.weight" not in state or f"{end}.0.weight" not in state:
         raise SrganError(f"{origin}: a leftthomas/SRGAN state dict without the expected "
                          f"{end}.0 (conv), {last}.N.conv (x2 stages) and {last}.N (last conv) keys")
@@ -54,8 +59,7 @@ def generator_from_leftthomas(state: dict[str, torch.Tensor], origin: str = "sta
     try:
         generator.load_state_dict(renamed)
     except RuntimeError as error:
-        first = str(error).strip().splitlines()[0]
-        raise SrganError(f"{origin}: leftthomas/SRGAN weights that do not fit an SRResNet ({first})") from None
+        raise SrganError(f"{origin}: leftthomas/SRGAN weights that do not fit an SRResNet ({first_line(error)})") from None
     return generator
 
 
