@@ -21,9 +21,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	rm -rf $(DEMO_RUN)
 	$(BIN)/srgan train --config demo --set train.run_dir=$(DEMO_RUN)
-	$(BIN)/srgan samples $(DEMO_OUT)/photos > /dev/null
+	$(BIN)/srgan samples $(DEMO_OUT)/photos --force > /dev/null
 	$(BIN)/srgan upscale $(DEMO_OUT)/photos/train/chelsea.png --checkpoint $(DEMO_RUN) --output $(DEMO_OUT) --force
-	$(BIN)/srgan compare $(DEMO_RUN) $(DEMO_OUT)/photos/val/immunohistochemistry.png --output $(DEMO_OUT)/comparison.png
+	$(BIN)/srgan compare $(DEMO_RUN) $(DEMO_OUT)/photos/val/immunohistochemistry.png --output $(DEMO_OUT)/comparison.png --force
 	@echo "look at: $(abspath $(DEMO_OUT)/comparison.png)  (bicubic | SR | original)"
 
 test: $(STAMP)

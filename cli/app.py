@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 
 import typer
+from PIL import Image
 
 from srgan.cli import bench, evaluate, train, upscale
 from srgan.configs import SrganError
@@ -49,13 +51,31 @@ def _setup_logging() -> None:
     logger.propagate = False
 
 
-def main() -> None:
+def main(args: list[str] | None = None) -> None:
+    """Run a command; every mistake a user can make ends in one line on
+    stderr and exit status 2 (1 for a batch in which some items failed)."""
     _setup_logging()
+    # srgan states its own pixel limit (srgan.data.images.MAX_IMAGE_PIXELS) and
+    # checks it before decoding: Pillow's warning below that limit is noise.
+    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+    command = typer.main.get_command(app)
     try:
-        app()
+        code = command.main(args=sys.argv[1:] if args is None else args, prog_name="srgan", standalone_mode=False)
+    except typer.TyperException as error:  # usage errors: a missing argument, an option of the wrong type
+        context = getattr(error, "ctx", None)
+        hint = f" (see: {context.command_path} --help)" if context is not None else ""
+        print(f"srgan: error: {error.format_message()}{hint}", file=sys.stderr)
+        sys.exit(getattr(error, "exit_code", 2))
+    except typer.Abort:
+        print("srgan: aborted", file=sys.stderr)
+        sys.exit(1)
     except SrganError as error:
         print(f"srgan: error: {error}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("srgan: interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:  # `srgan config show | head`: the reader has gone
+        sys.stderr.close()
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

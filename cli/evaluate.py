@@ -13,17 +13,23 @@ from srgan.cli.common import DEVICE_HELP, PRECISION_HELP, generator_from_option,
 def compare(
     checkpoint: Path = typer.Argument(..., help="A checkpoint file or a run folder."),
     image: Path = typer.Argument(..., help="A high-resolution photo; its LR version is made by bicubic."),
-    output: Path = typer.Option(Path("comparison.png"), "--output", "-o", help="The picture to write."),
+    output: Path = typer.Option(Path("comparison.png"), "--output", "-o", help="The picture to write (.png)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output."),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     precision: str = typer.Option("auto", help=PRECISION_HELP),
 ) -> None:
     """Write bicubic | SR | original side by side for one photo, with their PSNRs."""
+    from srgan.configs import SrganError
+    from srgan.files import check_output
     from srgan.inference.compare import compare_picture
     from srgan.inference.metrics import CONVENTION
 
+    if output.suffix.lower() != ".png":
+        raise SrganError(f"-o {output}: expected a file name ending in .png")
+    check_output(output, force, inputs=(image,))  # before loading anything
     runtime = runtime_from_options(device, precision)
     generator = generator_from_option(checkpoint, runtime)
-    scores = compare_picture(generator, runtime, image, output)
+    scores = compare_picture(generator, runtime, image, output, force)
     typer.echo(
         f"{output}: bicubic | SR | original; PSNR bicubic {scores['bicubic_psnr']:.2f} dB, "
         f"SR {scores['sr_psnr']:.2f} dB ({CONVENTION.format(scale=generator.scale)})"
@@ -34,33 +40,40 @@ def evaluate(
     folders: List[Path] = typer.Argument(..., help="Folders of high-resolution images (e.g. Set5, Set14)."),
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="A checkpoint file or a run folder."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the scores to this JSON file."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing --json file."),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     precision: str = typer.Option("fp32", help=PRECISION_HELP + " Default fp32: figures to quote."),
 ) -> None:
     """PSNR/SSIM of SR and of bicubic per image and on average, as the literature computes them."""
+    from srgan.files import check_output, write_text
     from srgan.inference.evaluate import evaluate_folders, format_table
 
+    if json_path is not None:
+        check_output(json_path, force)  # before the work, not after it
     runtime = runtime_from_options(device, precision)
     generator = generator_from_option(checkpoint, runtime)
     result = evaluate_folders(generator, runtime, folders)
     typer.echo(format_table(result))
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        write_text(json_path, json.dumps(result, indent=2) + "\n", overwrite=force)
 
 
 def plot(
     run_dir: Path = typer.Argument(..., help="A run folder."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN_DIR/curves.png."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="A .png file. Default: RUN_DIR/curves.png "
+                                          "(the run's own picture, redrawn)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing -o file."),
 ) -> None:
     """Draw d_loss, g_loss, d_score, g_score and validation PSNR against step (needs matplotlib)."""
     from srgan.configs import SrganError
 
     if not (run_dir / "metrics.jsonl").is_file():
         raise SrganError(f"{run_dir}: not a run folder (no metrics.jsonl)")
+    if output is not None and output.suffix.lower() != ".png":
+        raise SrganError(f"-o {output}: expected a file name ending in .png")
     try:
         from srgan.training.pictures import draw_curves
 
-        typer.echo(draw_curves(run_dir, output))
+        typer.echo(draw_curves(run_dir, output, overwrite=output is None or force))
     except ImportError:
         raise SrganError("srgan plot needs matplotlib: pip install 'srgan[plot]'") from None

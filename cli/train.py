@@ -1,7 +1,6 @@
 """`srgan train`, `srgan config list|show`, `srgan samples`."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import List, Optional
 
@@ -55,13 +54,19 @@ def config_show(
 
 def samples(
     folder: Path = typer.Argument(..., help="Where to write the built-in photos."),
+    force: bool = typer.Option(False, "--force", help="Overwrite photos already there."),
 ) -> None:
     """Copy the built-in sample photos (builtin:samples) into FOLDER/train and FOLDER/val."""
     from srgan.data.samples import TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
+    from srgan.files import check_output, write_bytes
 
-    for part, names in (("train", TRAIN_SAMPLES), ("val", VAL_SAMPLES)):
-        (folder / part).mkdir(parents=True, exist_ok=True)
-        for name, source in zip(names, sample_paths(names)):
-            target = folder / part / f"{name}{source.suffix}"
-            shutil.copyfile(source, target)
-            typer.echo(target)
+    plan = [
+        (source, folder / part / f"{name}{source.suffix}")
+        for part, names in (("train", TRAIN_SAMPLES), ("val", VAL_SAMPLES))
+        for name, source in zip(names, sample_paths(names))
+    ]
+    for source, target in plan:  # all refused or none written
+        check_output(target, force, inputs=(source,))
+    for source, target in plan:
+        write_bytes(target, source.read_bytes(), overwrite=force, inputs=(source,))
+        typer.echo(target)

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, Sampler
 
-from srgan.configs.errors import SrganError
+from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import find_images, image_size, load_rgb8
 from srgan.data.samples import BUILTIN_SAMPLES, TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
 
@@ -41,7 +41,7 @@ def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
         try:
             width, height = image_size(path)
         except Exception as error:  # PIL raises many types for a broken file
-            log.warning("skipping %s: cannot be decoded (%s)", path, error.__class__.__name__)
+            log.warning("skipping %s: cannot be decoded (%s)", path, first_line(error))
             continue
         if min(width, height) < min_side:
             log.warning("skipping %s: %dx%d is smaller than %d px", path, width, height, min_side)
@@ -56,7 +56,7 @@ def _try_load(path: Path) -> np.ndarray | None:
     try:
         return load_rgb8(path)
     except Exception as error:  # PIL raises many types for a broken file
-        log.warning("skipping %s: cannot be decoded (%s)", path, error.__class__.__name__)
+        log.warning("skipping %s: cannot be decoded (%s)", path, first_line(error))
         return None
 
 
@@ -83,6 +83,7 @@ class TrainPairs(Dataset):
             width, height = image_size(path)
             total += width * height * 3
         self._cache: list[np.ndarray] | None = None
+        self._broken: set[Path] = set()  # found broken when decoded (without the cache), per process
         if total <= cache_mb * 1024**2:
             # Decoded once instead of once per crop (a 2K PNG takes ~0.1 s, its
             # crop ~0 s); DataLoader workers share the arrays. This also finds
@@ -100,11 +101,16 @@ class TrainPairs(Dataset):
     def _image(self, i: int) -> np.ndarray:
         if self._cache is not None:
             return self._cache[i]
-        try:
-            return load_rgb8(self.paths[i])
-        except Exception as error:  # a file broken past its header: take its neighbour
-            log.warning("skipping %s: cannot be decoded (%s)", self.paths[i], error.__class__.__name__)
-            return load_rgb8(self.paths[(i + 1) % len(self.paths)])
+        for j in range(i, i + len(self.paths)):  # a file broken past its header: take the next good one
+            path = self.paths[j % len(self.paths)]
+            if path in self._broken:
+                continue
+            try:
+                return load_rgb8(path)
+            except Exception as error:
+                self._broken.add(path)
+                log.warning("skipping %s: cannot be decoded (%s)", path, first_line(error))
+        raise SrganError(f"data.train: none of the {len(self.paths)} images can be decoded")
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         epoch, index = key

@@ -6,7 +6,20 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
+from srgan.configs.errors import SrganError
+
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+
+# The most pixels an input image may have: Pillow's own refusal threshold
+# (twice its MAX_IMAGE_PIXELS: about 13,400 x 13,400), checked from the
+# header before any decoder allocates what the header claims.
+MAX_IMAGE_PIXELS = 2 * 89_478_485
+
+
+def check_pixels(path: Path, width: int, height: int) -> None:
+    if width * height > MAX_IMAGE_PIXELS:
+        raise SrganError(f"{path}: {width}x{height} is {width * height:,} pixels, more than the limit of "
+                         f"{MAX_IMAGE_PIXELS:,} (a decompression bomb, or an image to cut into parts first)")
 
 
 def find_images(folder: Path) -> list[Path]:
@@ -20,6 +33,7 @@ def image_size(path: Path) -> tuple[int, int]:
     """(width, height) from the header, after EXIF orientation; raises on a non-image."""
     with Image.open(path) as im:
         width, height = im.size
+        check_pixels(path, width, height)
         orientation = im.getexif().get(0x0112, 1)  # 5..8 turn the picture by 90 degrees
     return (height, width) if orientation in (5, 6, 7, 8) else (width, height)
 
@@ -28,6 +42,7 @@ def load_rgb8(path: Path) -> np.ndarray:
     """Decode to an HxWx3 uint8 array, upright per EXIF, whatever the mode:
     grayscale, palette, RGBA (alpha dropped), CMYK, 16-bit."""
     with Image.open(path) as im:
+        check_pixels(path, *im.size)
         im = ImageOps.exif_transpose(im)
         return to_rgb8(im)
 

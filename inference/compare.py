@@ -8,10 +8,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from srgan.configs.errors import SrganError
+from srgan.configs.errors import SrganError, first_line
+from srgan.files import check_output
 from srgan.data import bicubic_downscale, load_rgb8
 from srgan.inference.metrics import psnr_y
-from srgan.inference.upscale import upscale_rgb8, write_png_atomically
+from srgan.inference.imageio import write_png
+from srgan.inference.upscale import upscale_rgb8
 from srgan.models import Generator, Runtime
 
 GAP = 8  # white pixels between the panels
@@ -37,19 +39,23 @@ def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(row[:-1], axis=1)
 
 
-def compare_picture(generator: Generator, runtime: Runtime, image_path: Path, out_path: Path) -> dict[str, float]:
+def compare_picture(generator: Generator, runtime: Runtime, image_path: Path, out_path: Path,
+                    force: bool = False) -> dict[str, float]:
     """Write bicubic | SR | original for one HR photo; returns their Y-channel PSNRs."""
+    check_output(out_path, force, inputs=(image_path,))  # before the work
     try:
         hr = mod_crop(load_rgb8(image_path), generator.scale)
+    except SrganError:
+        raise
     except Exception as error:
-        raise SrganError(f"{image_path}: cannot be decoded as an image ({error.__class__.__name__})") from None
+        raise SrganError(f"{image_path}: cannot be decoded as an image ({first_line(error)})") from None
     if min(hr.shape[:2]) < 4 * generator.scale:
         raise SrganError(f"{image_path}: too small to compare at x{generator.scale}")
     generator.eval()
     lr = bicubic_downscale(hr, generator.scale)
     bicubic = bicubic_upscale(lr, generator.scale)
     sr = upscale_rgb8(generator, lr, runtime)
-    write_png_atomically(side_by_side([bicubic, sr, hr]), out_path)
+    write_png(side_by_side([bicubic, sr, hr]), out_path, overwrite=force, inputs=(image_path,))
 
     def chw(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(a)).permute(2, 0, 1)

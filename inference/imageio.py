@@ -3,16 +3,17 @@ grayscale, with or without alpha, upright per EXIF; written atomically."""
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, ImageOps
 
-from srgan.configs.errors import SrganError
+from srgan.configs.errors import SrganError, first_line
+from srgan.data.images import check_pixels
+from srgan.files import write_file
 
 log = logging.getLogger("srgan")
 
@@ -57,23 +58,27 @@ def read_picture(path: Path) -> Picture:
     transparency), CMYK and the like RGB; 16-bit PNGs (any colour type) and
     I;16 TIFFs stay 16-bit; EXIF orientation applied."""
     try:
-        if _png_header(path)[0] == 16:
+        header = _png_header(path)
+        if header[0] == 16:
+            check_pixels(path, header[2], header[3])  # before libpng allocates what the header claims
             return _read_png16(path)
         with Image.open(path) as im:
+            check_pixels(path, *im.size)
             icc_profile = im.info.get("icc_profile")
             upright = ImageOps.exif_transpose(im)
         return _picture_from_pil(upright, icc_profile)
     except DECODE_ERRORS as error:
-        raise SrganError(f"{path}: cannot be decoded as an image ({_reason(error)})") from None
+        raise SrganError(f"{path}: cannot be decoded as an image ({first_line(error)})") from None
 
 
-def _png_header(path: Path) -> tuple[int, int] | tuple[None, None]:
-    """(bit depth, colour type) from a PNG's IHDR, which the format puts first; (None, None) for other files."""
+def _png_header(path: Path) -> tuple[int | None, int | None, int, int]:
+    """(bit depth, colour type, width, height) from a PNG's IHDR, which the
+    format puts first; (None, None, 0, 0) for other files."""
     with open(path, "rb") as f:
         head = f.read(26)
     if len(head) < 26 or not head.startswith(PNG_SIGNATURE) or head[12:16] != b"IHDR":
-        return None, None
-    return head[24], head[25]
+        return None, None, 0, 0
+    return head[24], head[25], int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
 def _read_png16(path: Path) -> Picture:
@@ -150,9 +155,10 @@ def resize(pixels: np.ndarray, size: tuple[int, int], resample: int) -> np.ndarr
     return np.stack(planes, axis=2)
 
 
-def write_picture(picture: Picture, path: Path, quality: int = 95) -> None:
+def write_picture(picture: Picture, path: Path, quality: int = 95, **checks) -> None:
     """PNG (8 or 16 bits, alpha kept), JPEG or WebP (8 bits; JPEG drops alpha)
-    by the file's extension, written atomically."""
+    by the file's extension, written atomically (`checks`: those of
+    srgan.files.write_file, overwrite / inputs / folder)."""
     fmt = OUTPUT_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise SrganError(f"{path}: expected a .png, .jpg or .webp file name")
@@ -179,14 +185,14 @@ def write_picture(picture: Picture, path: Path, quality: int = 95) -> None:
         def save(f: BinaryIO) -> None:
             image.save(f, format=fmt, **options)
     try:
-        write_atomically(path, save)
+        write_file(path, save, **checks)
     except OSError as error:
-        raise SrganError(f"{path}: cannot be written ({_reason(error)})") from None
+        raise SrganError(f"{path}: cannot be written ({first_line(error)})") from None
 
 
-def write_png_atomically(image: np.ndarray, path: Path) -> None:
-    """An 8-bit HxWx3 (or HxW) array as a PNG file."""
-    write_atomically(Path(path), lambda f: Image.fromarray(image).save(f, format="PNG"))
+def write_png(image: np.ndarray, path: Path, **checks) -> None:
+    """An 8-bit HxWx3 (or HxW) array as a PNG file, written atomically."""
+    write_file(Path(path), lambda f: Image.fromarray(image).save(f, format="PNG"), **checks)
 
 
 def write_png16(f: BinaryIO, color: np.ndarray, alpha: np.ndarray | None = None) -> None:
@@ -206,20 +212,6 @@ def write_png16(f: BinaryIO, color: np.ndarray, alpha: np.ndarray | None = None)
     png.Writer(width, height, greyscale=gray, alpha=alpha is not None, bitdepth=16).write(f, rows())
 
 
-def write_atomically(path: Path, save: Callable[[BinaryIO], None]) -> None:
-    """`save` writes a temporary file beside `path`, renamed over it when
-    complete: an interrupted write never leaves a partial image behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            save(f)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _to_8bit(pixels: np.ndarray) -> np.ndarray:
     """uint16 -> uint8 rounded (v / 257), a band of rows at a time to keep the temporaries small."""
     if pixels.dtype == np.uint8:
@@ -232,8 +224,3 @@ def _to_8bit(pixels: np.ndarray) -> np.ndarray:
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def _reason(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{error.__class__.__name__}: {text[0][:160]}" if text else error.__class__.__name__

@@ -15,10 +15,10 @@ from tqdm import tqdm
 
 from srgan.configs.errors import SrganError
 from srgan.data.images import IMAGE_EXTENSIONS, find_images
+from srgan.files import check_output
 from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
-from srgan.inference.imageio import write_png_atomically  # noqa: F401  (compare and training import it from here)
 from srgan.inference.fused import fuse_for_inference
-from srgan.inference.tiles import auto_tile, upscale_tiled
+from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
 from srgan.models import Generator, Runtime
 
 log = logging.getLogger("srgan")
@@ -62,14 +62,42 @@ def upscale_files(
     for source, target in tqdm(plan, unit="image", desc="upscale", dynamic_ncols=True):
         try:
             picture = read_picture(source)
+            height, width = picture.color.shape[:2]
+            check_upscale_memory(source, width, height, picture.color.itemsize, generator.scale, options.outscale)
             result = upscale_picture(network, picture, runtime, options, progress=source.name)
-            write_picture(result, target, options.quality)
+            write_picture(result, target, options.quality, overwrite=options.force, inputs=(source,))
+        except MemoryError:
+            error = SrganError(f"{source}: out of memory while upscaling it (try --tile 256 or a smaller --outscale)")
+            log.warning("%s; skipped", error)
+            report.failed.append((source, str(error)))
+            continue
         except SrganError as error:
             log.warning("%s; skipped", error)
             report.failed.append((source, str(error)))
             continue
         report.written.append(target)
     return report
+
+
+def check_upscale_memory(source: Path | str, width: int, height: int, itemsize: int, scale: int,
+                         outscale: float | None) -> None:
+    """Refuse an image whose upscaled arrays would not fit in the memory the
+    system has available, before allocating them (the output is held whole:
+    4000x3000 at x4 is 576 MB of RGB, --outscale 2000 would be terabytes)."""
+    available = available_ram()
+    if available is None:
+        return
+    needed = width * height * 3 * 4  # the input as float32
+    needed += width * height * scale**2 * 4 * itemsize  # the network's output (RGB + alpha)
+    if outscale is not None and outscale != scale:
+        needed += round(width * outscale) * round(height * outscale) * 4 * itemsize  # the resized copy
+    if needed > 0.8 * available:
+        final = outscale or scale
+        raise SrganError(
+            f"{source}: the {round(width * final)}x{round(height * final)} result needs about {needed / 2**30:.1f} GiB "
+            f"of memory, more than the {available / 2**30:.1f} GiB available (use a smaller --outscale, "
+            "or cut the image into parts)"
+        )
 
 
 def upscale_picture(
@@ -154,14 +182,29 @@ def scale_label(scale: int, outscale: float | None) -> str:
     return f"{scale if outscale is None else outscale:g}"
 
 
+# Extensions that name a file srgan cannot write: `-o result.gif` is a
+# mistake to report, not a folder to create.
+FOREIGN_EXTENSIONS = (*IMAGE_EXTENSIONS, ".gif", ".tga", ".ppm", ".pgm", ".pbm", ".ico", ".heic", ".avif", ".jxl",
+                      ".exr", ".hdr", ".dng", ".raw", ".pdf", ".svg")
+
+
 def plan_outputs(
     files: list[Path], output: Path | None, scale: int, options: UpscaleOptions
 ) -> list[tuple[Path, Path]]:
-    """(input, output) pairs, checked as a whole before any work."""
+    """(input, output) pairs, checked as a whole before any work: each
+    output lies in the folder asked for (beside its input, or -o), is no
+    input, is claimed once, and exists only with --force."""
     names_a_file = output is not None and output.suffix.lower() in OUTPUT_FORMATS and not output.is_dir()
+    if output is not None and not names_a_file and not output.is_dir() and output.suffix.lower() in FOREIGN_EXTENSIONS:
+        raise SrganError(f"-o {output}: cannot write {output.suffix} files; expected a folder, or a file name "
+                         f"ending in {', '.join(sorted(OUTPUT_FORMATS))}")
+    if output is not None and output.exists() and not output.is_dir() and not names_a_file:
+        raise SrganError(f"-o {output}: a file that is not an image srgan writes; expected a folder")
     if names_a_file and len(files) > 1:
         raise SrganError(f"-o {output}: names one file, but there are {len(files)} inputs (give a folder)")
     suffix = f"_x{scale_label(scale, options.outscale)}" if options.suffix is None else options.suffix
+    if any(c in suffix for c in ("/", "\\", "\x00")):
+        raise SrganError(f"--suffix {suffix!r}: expected a suffix for a file name, without '/'")
     plan = []
     for source in files:
         if names_a_file:
@@ -171,16 +214,21 @@ def plan_outputs(
             ext = "png" if options.ext == "jpg" and has_alpha(source) else options.ext
             target = (source.parent if output is None else output) / f"{source.stem}{suffix}.{ext}"
         plan.append((source, target))
-    inputs = {source.resolve() for source in files}
+    inputs = {_identity(source) for source in files}
     claimed: dict[Path, Path] = {}
     for source, target in plan:
-        resolved = target.resolve()
-        if resolved in inputs:
+        folder = (source.parent if output is None else output) if not names_a_file else output.parent
+        if target.exists() and _identity(target) in inputs:
             raise SrganError(f"{target}: would overwrite an input image; choose another -o or --suffix")
+        resolved = check_output(target, options.force, (), folder)
         if resolved in claimed:
             raise SrganError(f"{target}: both {claimed[resolved]} and {source} would be written there; "
                              "upscale them into separate folders")
         claimed[resolved] = source
-        if target.exists() and not options.force:
-            raise SrganError(f"{target}: exists (use --force to overwrite)")
     return plan
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """(device, inode): the same file under any name or link."""
+    info = path.stat()
+    return info.st_dev, info.st_ino

@@ -1,10 +1,15 @@
 """What a run writes as it goes: metrics.jsonl (a row per `log_every` steps,
 the means over those steps), epochs.csv (a row per epoch) and
 validation.csv (a row per validation). Step values stay on the device until
-a row is due: one host sync per row, none per step."""
+a row is due: one host sync per row, none per step.
+
+The files are appended to, so a kill or a full disk mid-append can leave a
+torn last line: the readers here drop such a line (with a warning) and
+refuse any other damage, naming the file and the line."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import math
@@ -14,6 +19,8 @@ import numpy as np
 import torch
 
 from srgan.configs.errors import SrganError
+from srgan.files import DiskFull, write_text
+from srgan.files.atomic import FULL_DISK_ERRNOS
 
 log = logging.getLogger("srgan")
 
@@ -41,28 +48,26 @@ class MetricLog:
 
     def flush(self, epoch: int, extra: dict[str, float]) -> dict[str, float] | None:
         """Write the row for the steps added since the last flush (None if none):
-        the mean of each value over the steps that logged it."""
+        the mean of each value over the steps that logged it. Raises
+        NonFiniteLoss, naming the first step whose loss is not finite."""
         if not self._pending:
             return None
         keys = [(step, name) for step, stats in self._pending for name in stats]
         flat = torch.stack([stats[name].float() for _, stats in self._pending for name in stats])
         values = flat.cpu().tolist()  # the one sync
-        last_step = self._pending[-1][0]
-        self._pending.clear()
+        pending, last_step = self._pending, self._pending[-1][0]
+        self._pending = []
+        check_finite_steps(pending, keys, values)
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
-        for (step, name), value in zip(keys, values):
-            if not math.isfinite(value):
-                what = name if name in ("d_loss", "g_loss") else f"the {name} term of g_loss"
-                raise NonFiniteLoss(f"step {step}: {what} is {value}; stopping (the last checkpoint is kept)")
+        for (_, name), value in zip(keys, values):
             sums[name] = sums.get(name, 0.0) + value
             counts[name] = counts.get(name, 0) + 1
         for name in sums:
             self._epoch_sums[name] = self._epoch_sums.get(name, 0.0) + sums[name]
             self._epoch_counts[name] = self._epoch_counts.get(name, 0) + counts[name]
         row = {"epoch": epoch, "step": last_step, **{n: sums[n] / counts[n] for n in sums}, **extra}
-        with open(self.jsonl_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        append_line(self.jsonl_path, json.dumps(row))
         if self.tensorboard:
             self.tensorboard.scalars("train", row, last_step)
         return row
@@ -88,19 +93,156 @@ class MetricLog:
         assert not self._pending, "flush before saving"
         return {"sums": dict(self._epoch_sums), "counts": dict(self._epoch_counts)}
 
-    def resume(self, state: dict, step: int, epoch: int, epoch_finished: bool) -> None:
+    def resume(self, state: dict, step: int, keep_epochs_before: int, validated: bool) -> None:
         """Continue the files of a run from its checkpoint at `step`: rows
         written after it (by a run that died before its next checkpoint) are
-        dropped, and an unfinished epoch's row will be written again whole."""
+        dropped, so are epochs.csv's rows from epoch `keep_epochs_before` on
+        (they will be written again whole) and the validation row of `step`
+        itself unless the checkpoint records it as done."""
         self._epoch_sums = dict(state.get("sums", {}))
         self._epoch_counts = dict(state.get("counts", {}))
         if self.jsonl_path.exists():
-            lines = self.jsonl_path.read_text(encoding="utf-8").splitlines()
-            kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
-            self.jsonl_path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        last_epoch_kept = epoch if epoch_finished else epoch - 1
-        _filter_csv(self.csv_path, lambda row: int(row["epoch"]) <= last_epoch_kept)
-        _filter_csv(self.validation_path, lambda row: int(row["step"]) <= step)
+            kept = [row for row in read_jsonl(self.jsonl_path) if row["step"] <= step]
+            write_text(self.jsonl_path, "".join(json.dumps(row) + "\n" for row in kept), overwrite=True)
+        _filter_csv(self.csv_path, EPOCH_COLUMNS, lambda row: int(row["epoch"]) < keep_epochs_before
+                    and int(row["step"]) <= step)
+        _filter_csv(self.validation_path, VALIDATION_COLUMNS,
+                    lambda row: int(row["step"]) < step or (validated and int(row["step"]) == step))
+
+
+def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[float]) -> None:
+    """Stop at the first step with a loss that is not finite, naming its terms."""
+    by_step: dict[int, dict[str, float]] = {}
+    for (step, name), value in zip(keys, values):
+        by_step.setdefault(step, {})[name] = value
+    for step, row in by_step.items():
+        if all(math.isfinite(v) for v in row.values()):
+            continue
+        worst = next(name for name in ("g_loss", "d_loss", *row) if name in row and not math.isfinite(row[name]))
+        terms = ", ".join(f"{name} {row[name]:.4g}" for name in ("d_loss", "g_loss", *LOSS_TERMS) if name in row)
+        raise NonFiniteLoss(f"step {step}: {worst} is {row[worst]} ({terms}); stopping, the last checkpoint "
+                            "is kept (a lower learning rate or loss weight may help)")
+
+
+# ---- reading the files back -------------------------------------------------
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The rows of metrics.jsonl. A torn last line (a kill or a full disk
+    mid-append) is dropped with a warning; any other bad line is an error."""
+    text = _read_text(path)
+    lines = text.split("\n")
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
+                raise ValueError("not a row with an integer step")
+        except ValueError as error:
+            if number == len(lines) and not text.endswith("\n"):
+                log.warning("%s: line %d is cut short (an interrupted write); ignoring it", path, number)
+                continue
+            raise SrganError(f"{path}: line {number} is not a metrics row ({error}); the file is damaged: "
+                             "remove that line to go on") from None
+        rows.append(row)
+    return rows
+
+
+def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict]:
+    """The rows of epochs.csv or validation.csv, with the checks of read_jsonl:
+    the header must be `columns`, epoch and step integers, the other fields
+    numbers or empty."""
+    text = _read_text(path)
+    lines = text.splitlines(keepends=True)
+    if not lines:
+        return []
+    header = next(csv.reader([lines[0]]))
+    if tuple(header) != columns:
+        raise SrganError(f"{path}: line 1: expected the columns {','.join(columns)}; the file is damaged")
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            fields = next(csv.reader([line]))
+            if len(fields) != len(columns) or not line.endswith("\n"):
+                raise ValueError(f"{len(fields)} fields, expected {len(columns)}")
+            row = dict(zip(columns, fields))
+            int(row["epoch"]), int(row["step"])
+            for value in fields:
+                if value:
+                    float(value)
+        except (ValueError, StopIteration, csv.Error) as error:
+            if number == len(lines) and not line.endswith("\n"):
+                log.warning("%s: line %d is cut short (an interrupted write); ignoring it", path, number)
+                continue
+            raise SrganError(f"{path}: line {number} is not a row of {path.name} ({error}); the file is damaged: "
+                             "remove that line to go on") from None
+        rows.append(row)
+    return rows
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SrganError(f"{path}: not text; the file is damaged") from None
+    except OSError as error:
+        raise SrganError(f"{path}: cannot be read ({error.strerror})") from None
+
+
+# ---- writing ----------------------------------------------------------------
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line; a full disk becomes DiskFull (the torn line it may
+    leave is dropped when the file is read back)."""
+    try:
+        with open(path, "a", encoding="utf-8", newline="") as f:
+            f.write(line + "\n")
+    except OSError as error:
+        if error.errno in FULL_DISK_ERRNOS:
+            raise DiskFull(f"disk full at {path} ({error.strerror})") from None
+        raise
+
+
+def _append_csv(path: Path, columns: tuple[str, ...], row: dict) -> None:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    if not path.exists():
+        writer.writeheader()
+    writer.writerow({k: _format(row.get(k)) for k in columns})
+    append_line(path, out.getvalue()[:-1])
+
+
+def _filter_csv(path: Path, columns: tuple[str, ...], keep) -> None:
+    if not path.exists():
+        return
+    rows = [row for row in read_csv(path, columns) if keep(row)]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, out.getvalue(), overwrite=True)
+
+
+def _format(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+class QuietFileHandler(logging.FileHandler):
+    """train.log: a failed write (a full disk) is not worth a traceback on
+    stderr; the write that matters (a checkpoint, a log row) reports it."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
+# ---- TensorBoard --------------------------------------------------------------
 
 
 class TensorBoard:
@@ -131,32 +273,3 @@ def open_tensorboard(run_dir: Path) -> TensorBoard | None:
     except ImportError:
         log.warning("train.tensorboard: tensorboard is not installed (pip install tensorboard); writing no events")
         return None
-
-
-def _append_csv(path: Path, columns: tuple[str, ...], row: dict) -> None:
-    new_file = not path.exists()
-    with open(path, "a", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        if new_file:
-            writer.writeheader()
-        writer.writerow({k: _format(row.get(k)) for k in columns})
-
-
-def _filter_csv(path: Path, keep) -> None:
-    if not path.exists():
-        return
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        columns, rows = reader.fieldnames, [row for row in reader if keep(row)]
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def _format(value) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)

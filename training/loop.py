@@ -1,6 +1,12 @@
 """`srgan train`: build the parts from the config, run the epochs, write the
-run folder. Read top to bottom: setup, resume, the loop, what happens at
-the end of an epoch."""
+run folder.
+
+`train()` is the whole story; `Trainer` holds one method per phase, in the
+order they run: setup (`__init__`), `fit` (the epochs), `run_epoch` (the
+steps), `step` (one update, see step.py), `end_epoch`, `validate`,
+`checkpoint`. What must survive a crash is written before the work that
+might crash: a checkpoint before a validation, and the progress records
+which of that work is done, so that a resumed run finishes it."""
 from __future__ import annotations
 
 import logging
@@ -14,33 +20,30 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from srgan.configs import Config, SrganError, config_to_yaml
+from srgan.configs import Config, SrganError
 from srgan.configs.schema import TrainConfig
-from srgan.data import EpochSampler, TrainPairs, ValImages, resolve_images
+from srgan.data import EpochSampler, TrainPairs, resolve_images
+from srgan.files import DiskFull
 from srgan.losses import GeneratorCriterion
 from srgan.models import (
     Discriminator,
     Generator,
+    Runtime,
     generator_from_checkpoint,
     load_checkpoint,
     resolve_checkpoint_path,
-    Runtime,
     resolve_runtime,
     save_checkpoint,
 )
+from srgan.models.checkpoint import checkpoint_config
 from srgan.training.ema import GeneratorEMA
-from srgan.training.logs import MetricLog, open_tensorboard
+from srgan.training.logs import MetricLog, NonFiniteLoss, QuietFileHandler, open_tensorboard
 from srgan.training.pictures import SampleSheet, draw_curves
+from srgan.training.run_folder import RunFolder
 from srgan.training.signals import StopSignals, TrainingInterrupted, ignore_interrupts_in_worker
-from srgan.training.state import (
-    Progress,
-    changed_settings,
-    check_same_architecture,
-    checkpoint_state,
-    restore,
-)
+from srgan.training.state import Progress, changed_settings, check_same_architecture, checkpoint_state, restore
 from srgan.training.step import TrainingParts, gan_step, generator_step
-from srgan.training.validation import bicubic_scores, validate
+from srgan.training.validation import checked_validation_set, validate
 
 log = logging.getLogger("srgan")
 
@@ -49,211 +52,318 @@ def train(config: Config, resume: Path | None = None) -> Path:
     """Train as `config` says, in a new run folder or continuing `resume`'s;
     returns the run folder. Raises TrainingInterrupted after saving when
     SIGINT/SIGTERM arrives."""
-    t = config.train
-    runtime = resolve_runtime(t.device, t.precision, t.channels_last)
-    seed_everything(t.seed)
+    trainer = Trainer(config, resume)
+    try:
+        with StopSignals() as stop:
+            trainer.fit(stop)
+    finally:
+        trainer.close()
+    return trainer.folder.path
 
-    # Inputs first: a mistake in them must not leave a run folder behind.
-    train_paths = resolve_images(config.data.train, "data.train", config.data.crop_size)
-    val_images = None
-    if config.data.val:
-        # the SSIM window (11 px) must fit once `scale` px are shaved from each border
-        min_side = 2 * config.model.scale + 11
-        val_paths = resolve_images(config.data.val, "data.val", min_side)
-        val_images = ValImages(val_paths, config.model.scale, config.data.val_max_size)
-    resumed_state = None
-    if resume is not None:
-        checkpoint = Path(resume) / "checkpoints" / "last.pt"
-        if not checkpoint.is_file():
-            raise SrganError(f"--resume: {resume}: not a run folder with checkpoints/last.pt")
-        resumed_state = load_checkpoint(checkpoint)
-        check_same_architecture(resumed_state["config"], config, str(checkpoint))
 
-    dataset = TrainPairs(
-        train_paths, config.data.crop_size, config.model.scale, config.data.repeat, t.seed, config.data.cache_mb
-    )
-    sampler = EpochSampler(len(dataset), config.data.batch_size, t.seed)
-    loader = DataLoader(
-        dataset,
-        batch_size=config.data.batch_size,
-        sampler=sampler,
-        num_workers=config.data.workers,
-        pin_memory=runtime.device.type == "cuda",
-        persistent_workers=config.data.workers > 0,
-        worker_init_fn=ignore_interrupts_in_worker,
-        drop_last=True,
-    )
+class Trainer:
+    def __init__(self, config: Config, resume: Path | None = None):
+        self.config = config
+        t = config.train
+        if resume is not None and not (Path(resume) / "config.yaml").is_file():
+            raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
+        self.runtime = resolve_runtime(t.device, t.precision, t.channels_last)
+        seed_everything(t.seed)
 
-    parts = build_parts(config, runtime)
-    generator, discriminator = parts.generator, parts.discriminator
-    if config.model.init_from and resumed_state is None:
-        initialise_generator(generator, config)
-    ema = GeneratorEMA(generator, t.ema_decay) if t.ema_decay > 0 else None
+        # Inputs first: a mistake in them must not touch a run folder.
+        train_paths = resolve_images(config.data.train, "data.train", config.data.crop_size)
+        self.val_images, self.bicubic = None, (float("nan"), float("nan"))
+        if config.data.val:
+            # the SSIM window (11 px) must fit once `scale` px are shaved from each border
+            val_paths = resolve_images(config.data.val, "data.val", 2 * config.model.scale + 11)
+            self.val_images, self.bicubic = checked_validation_set(
+                val_paths, config.model.scale, config.data.val_max_size)
+        self.dataset = TrainPairs(
+            train_paths, config.data.crop_size, config.model.scale, config.data.repeat, t.seed, config.data.cache_mb
+        )
+        self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed)
+        self.loader = DataLoader(
+            self.dataset,
+            batch_size=config.data.batch_size,
+            sampler=self.sampler,
+            num_workers=config.data.workers,
+            pin_memory=self.runtime.device.type == "cuda",
+            persistent_workers=config.data.workers > 0,
+            worker_init_fn=ignore_interrupts_in_worker,
+            drop_last=True,
+        )
+        self.parts = build_parts(config, self.runtime)
+        self.ema = GeneratorEMA(self.parts.generator, t.ema_decay) if t.ema_decay > 0 else None
+        self.gan = config.loss.weights.adversarial > 0  # else SRResNet training: D is never updated
 
-    # The run folder: a new one, or the resumed one with its files cut back
-    # to the checkpoint.
-    if resumed_state is None:
-        run_dir = Path(t.run_dir) if t.run_dir else default_run_dir(config)
-        if (run_dir / "config.yaml").exists():
-            raise SrganError(
-                f"train.run_dir: {run_dir} already holds a run; resume it with --resume, or choose another folder"
-            )
-        progress = Progress()
-    else:
-        run_dir = Path(resume)
-        progress = restore(resumed_state, parts, ema)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
-    attach_log_file(run_dir / "train.log")
-    tensorboard = open_tensorboard(run_dir) if t.tensorboard else None
-    metrics = MetricLog(run_dir, tensorboard)
-    epoch_finished = progress.epoch_step >= sampler.steps_per_epoch
-    if resumed_state is not None:
-        metrics.resume(progress.metric_state, progress.step, progress.epoch, epoch_finished)
-        log.info("resuming %s from step %d (epoch %d)", run_dir, progress.step, progress.epoch)
-        for change in changed_settings(resumed_state["config"], config):
-            log.info("  changed: %s", change)
-        if epoch_finished:
-            progress.epoch, progress.epoch_step = progress.epoch + 1, 0
-        progress.metric_state = {}
-        del resumed_state
+        # The run folder, locked from here on; a new one, or the resumed one
+        # with its files cut back to the checkpoint.
+        self.folder = RunFolder(Path(resume) if resume is not None else (Path(t.run_dir) if t.run_dir
+                                                                          else default_run_dir(config)))
+        started = self.folder.open(config, resuming=resume is not None)
+        try:
+            self.progress = self.restore_or_start(started)
+            attach_log_file(self.folder.path / "train.log")
+            self.tensorboard = open_tensorboard(self.folder.path) if t.tensorboard else None
+            self.metrics = MetricLog(self.folder.path, self.tensorboard)
+            if started:
+                self.resume_logs()
+        except BaseException:
+            self.folder.close()
+            raise
+        self.sheet = SampleSheet(self.val_images) if self.val_images is not None else None
+        self._interval = (time.perf_counter(), 0)  # start and steps of the current metrics row
 
-    log.info("run folder %s", run_dir)
-    log.info("%s", runtime.describe())
-    log.info(
-        "generator %s parameters, discriminator %s parameters; %d training images, %d steps an epoch",
-        f"{count_parameters(generator):,}", f"{count_parameters(discriminator):,}",
-        len(train_paths), sampler.steps_per_epoch,
-    )
-    bicubic = None
-    sheet = None
-    if val_images is not None:
-        bicubic = bicubic_scores(val_images)
-        sheet = SampleSheet(val_images)
+        log.info("run folder %s", self.folder.path)
+        log.info("%s", self.runtime.describe())
         log.info(
-            "validation: %d images; bicubic PSNR %.2f dB, SSIM %.4f (Y channel, %d px border shaved)",
-            len(val_images), bicubic[0], bicubic[1], config.model.scale,
+            "generator %s parameters, discriminator %s parameters; %d training images, %d steps an epoch",
+            f"{count_parameters(self.parts.generator):,}", f"{count_parameters(self.parts.discriminator):,}",
+            len(self.dataset.paths), self.sampler.steps_per_epoch,
+        )
+        if self.val_images is not None:
+            log.info("validation: %d images; bicubic PSNR %.2f dB, SSIM %.4f (Y channel, %d px border shaved)",
+                     len(self.val_images), *self.bicubic, config.model.scale)
+
+    # ---- setup ------------------------------------------------------------------
+
+    def restore_or_start(self, started: bool) -> Progress:
+        """The progress of the checkpoint in the run folder (its weights,
+        optimizer and RNG states loaded), or a fresh start."""
+        if not started:
+            if self.config.model.init_from:
+                initialise_generator(self.parts.generator, self.config)
+                if self.ema is not None:
+                    self.ema.model.load_state_dict(self.parts.generator.state_dict())
+            return Progress()
+        state = load_checkpoint(self.folder.last)
+        check_same_architecture(state["config"], self.config, str(self.folder.last))
+        self.changes = changed_settings(state["config"], self.config)  # listed once the log file is open
+        return restore(state, self.parts, self.ema)
+
+    def resume_logs(self) -> None:
+        p = self.progress
+        closed = self.epoch_complete() and p.closed_step == p.step
+        self.metrics.resume(p.metric_state, p.step, keep_epochs_before=p.epoch + 1 if closed else p.epoch,
+                            validated=p.validated_step == p.step)
+        log.info("resuming %s from step %d (epoch %d)", self.folder.path, p.step, p.epoch)
+        for change in self.changes:
+            log.info("  changed: %s", change)
+        if closed:
+            p.epoch, p.epoch_step = p.epoch + 1, 0
+
+    # ---- the epochs --------------------------------------------------------------
+
+    def fit(self, stop: StopSignals) -> None:
+        t, p = self.config.train, self.progress
+        self.finish_pending_work()
+        if self.done() or p.epoch > t.epochs:
+            log.info("nothing to do: step %d, epoch %d reach train.max_steps / train.epochs", p.step, p.epoch - 1)
+        while p.epoch <= t.epochs and not self.done():
+            self.run_epoch(stop)
+            if stop.signum is not None:  # arrived during the end of the epoch, which saved
+                self.interrupt(stop.signum)
+        log.info("done: %d steps; checkpoint %s", p.step, self.folder.last)
+
+    def finish_pending_work(self) -> None:
+        """A resumed checkpoint may have been written just before work that
+        then did not happen (a kill during validation, a signal on an
+        epoch's last step): do it now, as the uninterrupted run did."""
+        p = self.progress
+        if p.step == 0:
+            return
+        if (self.epoch_complete() and p.closed_step != p.step) or (self.done() and not self.epoch_complete()):
+            self.end_epoch(started=time.perf_counter())
+        elif self.validation_due() and p.validated_step != p.step:
+            self.validate_and_checkpoint()
+
+    def run_epoch(self, stop: StopSignals) -> None:
+        t, p = self.config.train, self.progress
+        self.sampler.set_epoch(p.epoch, skip_batches=p.epoch_step)
+        self.parts.generator.train()
+        self.parts.discriminator.train()
+        started = time.perf_counter()
+        self._interval = (started, 0)
+        bar = tqdm(total=self.sampler.steps_per_epoch, initial=p.epoch_step, desc=f"[{p.epoch}/{t.epochs}]",
+                   leave=False, dynamic_ncols=True, unit="step")
+        for lr, hr in batches(self.loader):
+            self.step(lr, hr)
+            bar.update()
+            if p.step % t.log_every == 0:
+                self.log_row(bar)
+            if stop.signum is not None:
+                bar.close()
+                self.interrupt(stop.signum)
+            if self.done():
+                break
+            if self.validation_due():
+                self.validate_and_checkpoint()
+            elif t.save_every and p.step % t.save_every == 0:
+                self.checkpoint()
+        bar.close()
+        self.end_epoch(started)
+
+    def step(self, lr: torch.Tensor, hr: torch.Tensor) -> None:
+        """One training step on a batch: the generator alone while
+        pretraining (or for SRResNet), else the alternating D/G update."""
+        t, p = self.config.train, self.progress
+        set_learning_rates(self.parts, t, p.step + 1)
+        lr, hr = self.runtime.tensor(lr), self.runtime.tensor(hr)
+        if p.step < t.pretrain_steps:
+            stats = generator_step(self.parts, lr, hr, image_only=True)
+        elif self.gan:
+            stats = gan_step(self.parts, lr, hr)
+        else:
+            stats = generator_step(self.parts, lr, hr)
+        if self.ema is not None:
+            self.ema.update(self.parts.generator)
+        p.step += 1
+        p.epoch_step += 1
+        self.metrics.add(p.step, stats)
+        start, steps = self._interval
+        self._interval = (start, steps + 1)
+
+    def log_row(self, bar: tqdm) -> None:
+        """metrics.jsonl's row for the steps since the last one (the one host sync)."""
+        now = time.perf_counter()
+        start, steps = self._interval
+        row = self.metrics.flush(self.progress.epoch, {
+            "lr_g": self.parts.optimizer_g.param_groups[0]["lr"],
+            "lr_d": self.parts.optimizer_d.param_groups[0]["lr"],
+            "images_per_s": steps * self.config.data.batch_size / max(now - start, 1e-9),
+        })
+        self._interval = (now, 0)
+        bar.set_description(describe(self.progress.epoch, self.config.train.epochs, row))
+
+    def end_epoch(self, started: float) -> None:
+        """The end of an epoch (or of the run, when max_steps falls inside
+        one): its validation, its epochs.csv row, its checkpoints, pictures."""
+        t, p = self.config.train, self.progress
+        complete = self.epoch_complete()
+        if self.val_images is not None and (not t.val_every or self.done()) and p.validated_step != p.step:
+            self.checkpoint()  # first: a crash in validation loses nothing
+            self.validate()
+        scores = p.last_validation if p.last_validation.get("step") == p.step else {}
+        row = self.metrics.end_epoch(p.epoch, p.step, {
+            "psnr": scores.get("psnr"), "ssim": scores.get("ssim"),
+            "seconds": round(time.perf_counter() - started, 3),
+        }, finished=complete)
+        summary = describe(p.epoch, t.epochs, row)
+        if scores:
+            summary += f" psnr {scores['psnr']:.2f} ssim {scores['ssim']:.4f}"
+        log.info("%s (%.1f s)", summary, row["seconds"])
+        p.closed_step = p.step
+        self.checkpoint(best=bool(scores.get("best")), keep_epoch=complete and p.epoch % t.checkpoint_every == 0)
+        generator = self.ema.model if self.ema else self.parts.generator
+        if self.sheet is not None:
+            picture = self.sheet.write(generator, self.runtime,
+                                       self.folder.path / "samples" / f"epoch_{p.epoch:03d}.png")
+            if self.tensorboard:
+                self.tensorboard.image("samples", picture, p.step)
+        redraw_curves(self.folder.path)
+        if complete:
+            p.epoch, p.epoch_step = p.epoch + 1, 0
+
+    # ---- validation and checkpoints ------------------------------------------------
+
+    def validate(self) -> None:
+        """Score the generator (its EMA when kept) on the validation set and
+        write validation.csv's row."""
+        p = self.progress
+        psnr, ssim = validate(self.ema.model if self.ema else self.parts.generator, self.val_images, self.runtime)
+        improved = psnr > p.best_psnr
+        if improved:
+            p.best_psnr, p.best_step = psnr, p.step
+        self.metrics.validation({
+            "epoch": p.epoch, "step": p.step, "psnr": psnr, "ssim": ssim,
+            "bicubic_psnr": self.bicubic[0], "bicubic_ssim": self.bicubic[1],
+        })
+        p.validated_step = p.step
+        p.last_validation = {"step": p.step, "psnr": psnr, "ssim": ssim, "best": improved}
+
+    def validate_and_checkpoint(self) -> None:
+        self.checkpoint()  # first: a crash in validation loses nothing
+        self.validate()
+        self.checkpoint(best=self.progress.last_validation["best"])
+
+    def checkpoint(self, best: bool = False, keep_epoch: bool = False) -> None:
+        """Write checkpoints/last.pt (and best.pt, epoch_NNN.pt) as the run
+        stands, the metric log flushed first. Never a checkpoint of weights
+        that are no longer finite: the last good one stays."""
+        p = self.progress
+        self.metrics.flush(p.epoch, {})
+        for name, module in (("generator", self.parts.generator), ("discriminator", self.parts.discriminator)):
+            if not all(bool(torch.isfinite(w).all()) for w in module.parameters()):
+                raise NonFiniteLoss(f"step {p.step}: the {name}'s weights are no longer finite; stopping, the last "
+                                    "checkpoint is kept (a lower learning rate may help)")
+        p.metric_state = self.metrics.state()
+        state = checkpoint_state(self.parts, self.ema, self.config, p)
+        targets = [self.folder.last]
+        if best:
+            targets.append(self.folder.checkpoints / "best.pt")
+        if keep_epoch:
+            targets.append(self.folder.checkpoints / f"epoch_{p.epoch:03d}.pt")
+        try:
+            for path in targets:
+                save_checkpoint(path, state)
+        except DiskFull as error:
+            raise DiskFull(f"{error}. Free some space, then: srgan train --resume {self.folder.path}") from None
+
+    def interrupt(self, signum: int) -> None:
+        self.checkpoint()
+        raise TrainingInterrupted(
+            signum,
+            f"stopped at step {self.progress.step}; {self.folder.last} is saved. "
+            f"Resume with: srgan train --resume {self.folder.path}",
         )
 
-    def save(best: bool = False, keep_epoch: bool = False) -> None:
-        """Checkpoint the run as it stands (the metric log flushed first)."""
-        progress.metric_state = metrics.state()
-        state = checkpoint_state(parts, ema, config, progress)
-        save_checkpoint(run_dir / "checkpoints" / "last.pt", state)
-        if best:
-            save_checkpoint(run_dir / "checkpoints" / "best.pt", state)
-        if keep_epoch:
-            save_checkpoint(run_dir / "checkpoints" / f"epoch_{progress.epoch:03d}.pt", state)
+    # ---- where the run stands ----------------------------------------------------
 
-    latest: dict = {}  # the last validation's scores
+    def done(self) -> bool:
+        max_steps = self.config.train.max_steps
+        return bool(max_steps) and self.progress.step >= max_steps
 
-    def run_validation() -> dict:
-        """Validate (the EMA weights when kept); 'best' is True when PSNR improved."""
-        if latest.get("step") == progress.step:
-            return latest  # validated at this very step already
-        psnr, ssim = validate(ema.model if ema else generator, val_images, runtime)
-        improved = psnr > progress.best_psnr
-        if improved:
-            progress.best_psnr, progress.best_step = psnr, progress.step
-        metrics.validation({
-            "epoch": progress.epoch, "step": progress.step, "psnr": psnr, "ssim": ssim,
-            "bicubic_psnr": bicubic[0], "bicubic_ssim": bicubic[1],
-        })
-        latest.update(step=progress.step, psnr=psnr, ssim=ssim, best=improved)
-        return latest
+    def epoch_complete(self) -> bool:
+        return self.progress.epoch_step >= self.sampler.steps_per_epoch
 
-    gan = config.loss.weights.adversarial > 0  # else SRResNet training: D is never updated
-    done = bool(t.max_steps) and progress.step >= t.max_steps
-    if done or progress.epoch > t.epochs:
-        log.info("nothing to do: step %d, epoch %d reach train.max_steps / train.epochs", progress.step, progress.epoch - 1)
-    with StopSignals() as stop:
-        while progress.epoch <= t.epochs and not done:
-            sampler.set_epoch(progress.epoch, skip_batches=progress.epoch_step)
-            generator.train()
-            discriminator.train()
-            started = time.perf_counter()
-            interval_start, interval_steps = started, 0
-            bar = tqdm(
-                loader, desc=f"[{progress.epoch}/{t.epochs}]", initial=progress.epoch_step,
-                total=sampler.steps_per_epoch, leave=False, dynamic_ncols=True, unit="step",
-            )
-            for lr, hr in bar:
-                set_learning_rates(parts, t, progress.step + 1)
-                lr, hr = runtime.tensor(lr), runtime.tensor(hr)
-                if progress.step < t.pretrain_steps:
-                    stats = generator_step(parts, lr, hr, image_only=True)
-                elif gan:
-                    stats = gan_step(parts, lr, hr)
-                else:
-                    stats = generator_step(parts, lr, hr)
-                if ema is not None:
-                    ema.update(generator)
-                progress.step += 1
-                progress.epoch_step += 1
-                metrics.add(progress.step, stats)
-                interval_steps += 1
-                done = bool(t.max_steps) and progress.step >= t.max_steps
-                if progress.step % t.log_every == 0:
-                    now = time.perf_counter()
-                    row = metrics.flush(progress.epoch, {
-                        "lr_g": parts.optimizer_g.param_groups[0]["lr"],
-                        "lr_d": parts.optimizer_d.param_groups[0]["lr"],
-                        "images_per_s": interval_steps * config.data.batch_size / (now - interval_start),
-                    })
-                    interval_start, interval_steps = now, 0
-                    bar.set_description(describe(progress.epoch, t.epochs, row))
-                if stop.signum is not None:
-                    bar.close()
-                    metrics.flush(progress.epoch, {})
-                    save()
-                    raise TrainingInterrupted(
-                        stop.signum,
-                        f"stopped at step {progress.step}; {run_dir / 'checkpoints' / 'last.pt'} is saved. "
-                        f"Resume with: srgan train --resume {run_dir}",
-                    )
-                if done:
-                    break
-                if val_images is not None and t.val_every and progress.step % t.val_every == 0:
-                    metrics.flush(progress.epoch, {})
-                    save(best=run_validation()["best"])
-                elif t.save_every and progress.step % t.save_every == 0:
-                    metrics.flush(progress.epoch, {})
-                    save()
-            bar.close()
+    def validation_due(self) -> bool:
+        every = self.config.train.val_every
+        return self.val_images is not None and bool(every) and self.progress.step % every == 0
 
-            # The end of an epoch (or of the run, when max_steps falls inside one).
-            metrics.flush(progress.epoch, {})
-            # every epoch, or (with val_every) at the end of the run
-            validating = val_images is not None and (not t.val_every or done)
-            scores = run_validation() if validating else latest
-            epoch_complete = progress.epoch_step >= sampler.steps_per_epoch
-            row = metrics.end_epoch(progress.epoch, progress.step, {
-                "psnr": scores.get("psnr"), "ssim": scores.get("ssim"),
-                "seconds": round(time.perf_counter() - started, 3),
-            }, finished=epoch_complete)
-            summary = describe(progress.epoch, t.epochs, row)
-            if scores:
-                summary += f" psnr {scores['psnr']:.2f} ssim {scores['ssim']:.4f}"
-            log.info("%s (%.1f s)", summary, row["seconds"])
-            save(best=validating and scores["best"], keep_epoch=epoch_complete and progress.epoch % t.checkpoint_every == 0)
-            if sheet is not None:
-                picture = sheet.write(ema.model if ema else generator, runtime,
-                                      run_dir / "samples" / f"epoch_{progress.epoch:03d}.png")
-                if tensorboard:
-                    tensorboard.image("samples", picture, progress.step)
-            redraw_curves(run_dir)
-            if epoch_complete:
-                progress.epoch, progress.epoch_step = progress.epoch + 1, 0
-    if tensorboard:
-        tensorboard.close()
-    log.info("done: %d steps; checkpoint %s", progress.step, run_dir / "checkpoints" / "last.pt")
-    return run_dir
+    def close(self) -> None:
+        shutdown_workers(self.loader)
+        if getattr(self, "tensorboard", None):
+            self.tensorboard.close()
+        detach_log_file()
+        self.folder.close()
+
+
+def batches(loader: DataLoader):
+    """The loader's batches; an SrganError raised in a worker process comes
+    back wrapped with the worker's traceback: unwrap it to its message."""
+    try:
+        yield from loader
+    except SrganError as error:
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        if len(lines) > 1 and "Traceback" in str(error):
+            raise SrganError(lines[-1].split("SrganError: ", 1)[-1]) from None
+        raise
+
+
+def shutdown_workers(loader: DataLoader) -> None:
+    """Stop the DataLoader's persistent worker processes now. They ignore
+    SIGTERM (see signals.py), so the exit handler of multiprocessing, which
+    terminates children with SIGTERM, would wait for them forever."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()  # what the iterator's own __del__ calls
+    loader._iterator = None
 
 
 def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
     """The networks, the criterion and the optimizers a step needs, on the device."""
     t = config.train
-    generator = runtime.place(Generator(config.model.scale, config.model.blocks, config.model.channels))
+    generator = runtime.place(Generator.from_config(config.model))
     discriminator = runtime.place(Discriminator(config.model.d_channels))
     criterion = runtime.place(GeneratorCriterion(config.loss, config.gan.d_loss))
     if t.compile:
@@ -278,7 +388,13 @@ def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
 
 
 def default_run_dir(config: Config) -> Path:
-    return Path("runs") / f"{config.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    """runs/<name>-<timestamp>, made unique when two runs start in the same second."""
+    base = Path("runs") / f"{config.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def describe(epoch: int, epochs: int, row: dict) -> str:
@@ -291,14 +407,18 @@ def initialise_generator(generator: Generator, config: Config) -> None:
     """Start from the generator weights of another run (a trained SRResNet
     before the GAN phase); its architecture must be this run's."""
     path = resolve_checkpoint_path(config.model.init_from)
-    state = load_checkpoint(path)
-    theirs = state["config"].get("model", {})
+    try:
+        state = load_checkpoint(path, for_resume=False)
+    except SrganError as error:
+        raise SrganError(f"model.init_from: {error}") from None
+    theirs = checkpoint_config(state).model
     for key in ("scale", "blocks", "channels"):
-        if theirs.get(key) != getattr(config.model, key):
+        if getattr(theirs, key) != getattr(config.model, key):
             raise SrganError(
-                f"model.init_from: {path} has model.{key} = {theirs.get(key)!r}, this run {getattr(config.model, key)!r}"
+                f"model.init_from: {path} has model.{key} = {getattr(theirs, key)!r}, "
+                f"this run {getattr(config.model, key)!r}"
             )
-    generator.load_state_dict(generator_from_checkpoint(state, str(path)).state_dict())
+    generator.load_state_dict(generator_from_checkpoint(state).state_dict())
     log.info("generator initialised from %s (step %s)", path, state.get("step"))
 
 
@@ -336,12 +456,16 @@ def count_parameters(module: torch.nn.Module) -> int:
 
 def attach_log_file(path: Path) -> None:
     """Copy the run's messages (settings, warnings, epoch summaries) to train.log."""
+    detach_log_file()
+    handler = QuietFileHandler(path, encoding="utf-8")
+    handler.srgan_run_log = True
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.getLogger("srgan").addHandler(handler)
+
+
+def detach_log_file() -> None:
     logger = logging.getLogger("srgan")
     for handler in list(logger.handlers):
         if getattr(handler, "srgan_run_log", False):
             logger.removeHandler(handler)
             handler.close()
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.srgan_run_log = True
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logger.addHandler(handler)

@@ -2,9 +2,6 @@
 | HR for a fixed few validation crops) and curves.png."""
 from __future__ import annotations
 
-import csv
-import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +10,10 @@ import torch
 from srgan.data import ValImages, bicubic_downscale, to_tensor
 from srgan.inference.compare import GAP, side_by_side
 from srgan.inference.metrics import quantize
-from srgan.inference.upscale import write_png_atomically
+from srgan.files import check_output, write_file
+from srgan.inference.imageio import write_png
 from srgan.models import Runtime
+from srgan.training.logs import VALIDATION_COLUMNS, read_csv, read_jsonl
 from srgan.training.validation import bicubic_upscale
 
 SAMPLE_COUNT = 4
@@ -56,29 +55,28 @@ class SampleSheet:
 
     def write(self, generator: torch.nn.Module, runtime: Runtime, path: Path) -> np.ndarray:
         sheet = self.draw(generator, runtime)
-        write_png_atomically(sheet, path)
+        write_png(sheet, path, overwrite=True)  # the run's own picture
         return sheet
 
 
-def draw_curves(run_dir: Path, out: Path | None = None) -> Path:
+def draw_curves(run_dir: Path, out: Path | None = None, overwrite: bool = True) -> Path:
     """d_loss, g_loss, d_score, g_score and validation PSNR against step, from
-    the run's files. Raises ImportError without matplotlib."""
+    the run's files, into `out` (default: the run's curves.png, its own
+    picture, redrawn). Raises ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = []
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.exists():
-        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    validation = []
-    if (run_dir / "validation.csv").exists():
-        with open(run_dir / "validation.csv", newline="") as f:
-            validation = list(csv.DictReader(f))
+    out = Path(out or run_dir / "curves.png")
+    check_output(out, overwrite)  # before the drawing
+    metrics, validation_csv = run_dir / "metrics.jsonl", run_dir / "validation.csv"
+    rows = read_jsonl(metrics) if metrics.exists() else []
+    validation = read_csv(validation_csv, VALIDATION_COLUMNS) if validation_csv.exists() else []
 
     def series(name: str) -> tuple[list[int], list[float]]:
-        points = [(r["step"], r[name]) for r in rows if name in r]
+        points = [(r["step"], r[name]) for r in rows
+                  if isinstance(r.get(name), (int, float)) and not isinstance(r.get(name), bool)]
         return [p[0] for p in points], [p[1] for p in points]
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
@@ -90,6 +88,7 @@ def draw_curves(run_dir: Path, out: Path | None = None) -> Path:
         axes[1].plot(*series(name), label=name)
     axes[1].set_title("D(x) and D(G(z))")
     axes[1].set_ylim(0, 1)
+    validation = [v for v in validation if v["psnr"] and v["bicubic_psnr"]]
     if validation:
         steps = [int(v["step"]) for v in validation]
         axes[2].plot(steps, [float(v["psnr"]) for v in validation], marker="o", label="SR")
@@ -99,9 +98,8 @@ def draw_curves(run_dir: Path, out: Path | None = None) -> Path:
         ax.set_xlabel("step")
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
-    out = out or run_dir / "curves.png"
-    tmp = out.with_name(f".{out.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=80)
-    plt.close(fig)
-    os.replace(tmp, out)
+    try:
+        write_file(out, lambda f: fig.savefig(f, format="png", dpi=80), overwrite=overwrite)
+    finally:
+        plt.close(fig)
     return out

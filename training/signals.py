@@ -37,6 +37,9 @@ class StopSignals:
 
 
 def ignore_interrupts_in_worker(_worker_id: int) -> None:
-    """DataLoader workers share the terminal's process group: Ctrl-C reaches
-    them too. They leave the decision to the training process."""
+    """DataLoader workers share the training process's group, so Ctrl-C, and
+    the SIGTERM that Slurm and systemd send to the whole group, reach them
+    too. They leave the decision to the training process (and exit on their
+    own when it is gone: the DataLoader's watchdog checks their parent)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from srgan.configs import Config, SrganError, config_to_dict
+from srgan.models.checkpoint import as_tuples
 from srgan.training.ema import GeneratorEMA
 from srgan.training.step import TrainingParts
 
@@ -25,6 +26,12 @@ class Progress:
     best_psnr: float = float("-inf")
     best_step: int = 0
     metric_state: dict = field(default_factory=dict)
+    # The last step whose validation, and whose end-of-epoch work (validation,
+    # epochs.csv row, pictures), is done: a checkpoint written just before that
+    # work (so that a crash in it loses nothing) says it is still to do.
+    validated_step: int = -1
+    closed_step: int = -1
+    last_validation: dict = field(default_factory=dict)  # step, psnr, ssim, best (improved on the best before)
 
 
 def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Config, progress: Progress) -> dict:
@@ -40,6 +47,9 @@ def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Con
         "best_psnr": progress.best_psnr,
         "best_step": progress.best_step,
         "metrics": progress.metric_state,
+        "validated_step": progress.validated_step,
+        "closed_step": progress.closed_step,
+        "last_validation": progress.last_validation,
         "rng": rng_state(),
         "config": config_to_dict(config),
     }
@@ -49,7 +59,8 @@ def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Con
 
 
 def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Progress:
-    """Load a checkpoint's weights, optimizer states and RNG states into the parts."""
+    """Load a checkpoint's weights, optimizer states and RNG states into the
+    parts (a checkpoint that load_checkpoint checked: it fits them)."""
     parts.generator.load_state_dict(state["generator"])
     parts.discriminator.load_state_dict(state["discriminator"])
     parts.optimizer_g.load_state_dict(state["optimizer_g"])
@@ -67,6 +78,9 @@ def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Prog
         best_psnr=state.get("best_psnr", float("-inf")),
         best_step=state.get("best_step", 0),
         metric_state=state.get("metrics", {}),
+        validated_step=state.get("validated_step", state["step"]),
+        closed_step=state.get("closed_step", state["step"]),
+        last_validation=state.get("last_validation", {}),
     )
 
 
@@ -110,14 +124,9 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(_as_tuples(state["python"]))
+    random.setstate(as_tuples(state["python"]))
     kind, keys, *rest = state["numpy"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _as_tuples(value):
-    """random.setstate wants the tuples that a round trip may have turned into lists."""
-    return tuple(_as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value

@@ -1,0 +1,73 @@
+"""The run folder: what is in it, who may write it, and what a new or a
+resumed run finds there.
+
+A folder holds a run once it has `checkpoints/last.pt`. One with only
+config.yaml and logs is a run that stopped before its first checkpoint (a
+crash, a kill, a bad image found late): a new run in that folder, or a
+resume of it, starts it afresh instead of refusing it."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from srgan.configs import Config, SrganError, config_to_yaml
+from srgan.files import RunLock, write_text
+
+log = logging.getLogger("srgan")
+
+# What a run writes besides its checkpoints (cleared when a folder is started afresh).
+RUN_FILES = ("metrics.jsonl", "epochs.csv", "validation.csv", "curves.png", "train.log")
+
+
+class RunFolder:
+    """A run folder, locked by this process from `open` to `close`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.lock = RunLock(self.path)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def last(self) -> Path:
+        return self.checkpoints / "last.pt"
+
+    def has_checkpoint(self) -> bool:
+        return self.last.is_file()
+
+    def open(self, config: Config, resuming: bool) -> bool:
+        """Lock the folder and write the config into it. Refuses, for a new
+        run, a folder that holds one. Returns whether there is a checkpoint to
+        resume from (False for a new run, and for a resumed one that stopped
+        before its first checkpoint)."""
+        if self.path.exists() and not self.path.is_dir():
+            raise SrganError(f"train.run_dir: {self.path} is a file, not a folder")
+        self.lock.acquire()
+        try:
+            if not resuming and self.has_checkpoint():
+                raise SrganError(f"train.run_dir: {self.path} already holds a run; resume it with --resume, "
+                                 "or choose another folder")
+            started = self.has_checkpoint()
+            if not started and (self.path / "config.yaml").exists():
+                log.info("%s: an earlier run stopped before its first checkpoint; starting it afresh", self.path)
+                for name in RUN_FILES:
+                    (self.path / name).unlink(missing_ok=True)
+            self.remove_temporary_files()
+            write_text(self.path / "config.yaml", config_to_yaml(config), overwrite=True)
+        except BaseException:
+            self.lock.release()
+            raise
+        return started
+
+    def remove_temporary_files(self) -> None:
+        """Temporary files of a writer that was killed mid-write: they hold
+        disk space and nobody else writes here (the folder is locked)."""
+        for folder in (self.path, self.checkpoints, self.path / "samples"):
+            if folder.is_dir():
+                for tmp in folder.glob(".*.tmp"):
+                    tmp.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.lock.release()
