@@ -13,8 +13,9 @@ import torch
 from PIL import Image
 
 from srgan.bench.machine import machine, peak_rss_mb, synchronize
-from srgan.inference.tiles import auto_tile, upscale_tiled
-from srgan.inference.upscale import inference_network, upscale_pixels
+from srgan.configs import SrganError
+from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
+from srgan.inference.upscale import check_upscale_memory, inference_network, upscale_pixels
 from srgan.models import Generator, Runtime
 
 
@@ -43,6 +44,14 @@ def timed(fn, iters: int, warmup: int, device: torch.device) -> list[float]:
 
 def bench_upscale(generator: Generator, runtime: Runtime, width: int, height: int, iters: int, warmup: int,
                   baseline: bool = True) -> dict:
+    check_upscale_memory("--size", width, height, 1, generator.scale, None)
+    available = available_ram()
+    # the plain forward holds the whole image's activations: the last x2 stage's, twice, in fp32
+    plain_bytes = width * height * generator.scale**2 * generator.channels * 4 * 2
+    if baseline and runtime.device.type == "cpu" and available is not None and plain_bytes > 0.8 * available:
+        raise SrganError(f"--size {width}x{height}: the plain whole-image forward would need about "
+                         f"{plain_bytes / 2**30:.0f} GiB, more than the {available / 2**30:.0f} GiB available; "
+                         "use --no-baseline or a smaller --size")
     generator = generator.eval()
     network = inference_network(generator, runtime)
     image = test_photo(width, height)

@@ -169,7 +169,13 @@ class ValImages(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int) -> tuple[str, torch.Tensor, torch.Tensor]:
-        hr = centre_crop(load_rgb8(self.paths[i]), self.scale, self.max_size)
+        try:
+            image = load_rgb8(self.paths[i])
+        except SrganError:
+            raise
+        except Exception as error:  # PIL raises many types for a broken file
+            raise SrganError(f"{self.paths[i]}: cannot be decoded ({first_line(error)})") from None
+        hr = centre_crop(image, self.scale, self.max_size)
         return self.paths[i].stem, to_tensor(bicubic_downscale(hr, self.scale)), to_tensor(hr)
 
 

@@ -44,14 +44,20 @@ class RunLock:
         if previous.get("pid") and previous.get("pid") != os.getpid():
             log.info("%s: taking over the stale lock of %s, which is no longer running", self.path, _describe(previous))
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record.encode() + b"\n", 0)
+        try:  # who holds it, for the message of a second process; a full disk only costs that message
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record.encode() + b"\n", 0)
+        except OSError:
+            pass
         self._fd = fd
         return self
 
     def release(self) -> None:
         if self._fd is not None:
-            os.ftruncate(self._fd, 0)  # no holder recorded: the folder is free
+            try:
+                os.ftruncate(self._fd, 0)  # no holder recorded: the folder is free
+            except OSError:
+                pass
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 

@@ -23,10 +23,16 @@ def read_torch_file(path: Path, what: str = "checkpoint") -> Any:
             return torch.load(path, map_location="cpu", weights_only=True)  # the legacy (pre-1.6) format
     except Exception as error:  # truncated zip, not a torch file, pickled code...
         text = str(error)
-        refused = re.search(r"(?:Unsupported global|unsupported GLOBAL)[^\n.]*", text)
+        refused = re.search(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)", text)
         if refused:
             raise SrganError(
-                f"{path}: refused: loading it would run Python code ({refused.group(0).strip()}); "
+                f"{path}: refused: loading it would run Python code (GLOBAL {refused.group(1)}); "
                 f"srgan loads only tensors and plain values from a {what}"
             ) from None
-        raise SrganError(f"{path}: not a readable {what} ({first_line(error)})") from None
+        if "Weights only load failed" in text:  # the unpickler's own reason sits among its advice
+            reasons = [line.strip() for line in text.splitlines()
+                       if line.strip() and not line.startswith(("Weights only", "Please file", "Check the doc"))]
+            reason = f"{error.__class__.__name__}: {reasons[0]}" if reasons else error.__class__.__name__
+        else:
+            reason = first_line(error)
+        raise SrganError(f"{path}: not a readable {what} ({reason})") from None

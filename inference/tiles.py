@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,8 +154,9 @@ def _paste_tiles(
     generator: Generator, image: torch.Tensor, runtime: Runtime, out: np.ndarray, grid: list[Tile], progress: str | None
 ) -> None:
     scale, gray = generator.scale, out.ndim == 2
+    # A bar inside the images' bar moves the cursor with ANSI codes: only on a terminal.
     with tqdm(grid, desc=progress, unit="tile", leave=False, dynamic_ncols=True,
-              disable=progress is None or len(grid) == 1) as bar:
+              disable=progress is None or len(grid) == 1 or not sys.stderr.isatty()) as bar:
         for t in bar:
             lr = image[:, t.context_top:t.context_bottom, t.context_left:t.context_right]
             with runtime.autocast():

@@ -66,7 +66,9 @@ def upscale_files(
             check_upscale_memory(source, width, height, picture.color.itemsize, generator.scale, options.outscale)
             result = upscale_picture(network, picture, runtime, options, progress=source.name)
             write_picture(result, target, options.quality, overwrite=options.force, inputs=(source,))
-        except MemoryError:
+        except (MemoryError, RuntimeError) as failure:
+            if isinstance(failure, RuntimeError) and not is_cpu_out_of_memory(failure):
+                raise
             error = SrganError(f"{source}: out of memory while upscaling it (try --tile 256 or a smaller --outscale)")
             log.warning("%s; skipped", error)
             report.failed.append((source, str(error)))
@@ -77,6 +79,11 @@ def upscale_files(
             continue
         report.written.append(target)
     return report
+
+
+def is_cpu_out_of_memory(error: RuntimeError) -> bool:
+    """torch's CPU allocator reports a failed allocation as a RuntimeError."""
+    return "can't allocate memory" in str(error) or "DefaultCPUAllocator" in str(error)
 
 
 def check_upscale_memory(source: Path | str, width: int, height: int, itemsize: int, scale: int,

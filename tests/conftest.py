@@ -77,3 +77,68 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subpro
 
 def set_args(overrides: list[str]) -> list[str]:
     return [arg for value in overrides for arg in ("--set", value)]
+
+
+# ---- hostile-input helpers (tests/hostile) ----------------------------------------
+
+
+class Result:
+    def __init__(self, code: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = code, stdout, stderr
+
+    def __repr__(self) -> str:
+        return f"exit {self.returncode}\nstdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-2000:]}"
+
+
+@pytest.fixture
+def srgan(capsys):
+    """`srgan ARGS` in this process (no torch import per call): the exit
+    status and what it printed. An exception that escapes main() is a
+    traceback a user would see: it fails the test."""
+    from srgan.cli.app import main
+
+    def call(*args: str) -> Result:
+        capsys.readouterr()
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    return call
+
+
+def assert_refused(result, culprit: str, code: int = 2) -> None:
+    """Exit `code`, no traceback, and the last line of stderr names `culprit`."""
+    assert result.returncode == code, result
+    assert "Traceback" not in result.stderr and "\x1b[" not in result.stderr, result
+    last = result.stderr.strip().splitlines()[-1]
+    assert culprit in last, result
+
+
+def snapshot(folder: Path) -> dict[Path, bytes]:
+    """The bytes of every file below `folder`."""
+    return {p: p.read_bytes() for p in Path(folder).rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+def assert_unchanged(before: dict[Path, bytes]) -> None:
+    """Every file that existed is still there, byte for byte."""
+    for path, data in before.items():
+        assert path.is_file(), f"{path} is gone"
+        assert path.read_bytes() == data, f"{path} changed"
+
+
+def no_temporary_files(folder: Path) -> list[Path]:
+    return [p for p in Path(folder).rglob(".*.tmp")]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(photo_dir, val_dir, tmp_path_factory) -> Path:
+    """A finished 2-step run with validation (trained in this process)."""
+    from srgan.configs import load_config
+    from srgan.training import train
+
+    run_dir = tmp_path_factory.mktemp("tiny_run") / "run"
+    return train(load_config("demo", tiny_overrides(photo_dir, run_dir, f"data.val={val_dir}")))

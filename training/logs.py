@@ -101,13 +101,20 @@ class MetricLog:
         itself unless the checkpoint records it as done."""
         self._epoch_sums = dict(state.get("sums", {}))
         self._epoch_counts = dict(state.get("counts", {}))
-        if self.jsonl_path.exists():
-            kept = [row for row in read_jsonl(self.jsonl_path) if row["step"] <= step]
+        # All three read (and their damage found) before any is rewritten.
+        rows = read_jsonl(self.jsonl_path) if self.jsonl_path.exists() else None
+        epochs = read_csv(self.csv_path, EPOCH_COLUMNS) if self.csv_path.exists() else None
+        validations = read_csv(self.validation_path, VALIDATION_COLUMNS) if self.validation_path.exists() else None
+        if rows is not None:
+            kept = [row for row in rows if row["step"] <= step]
             write_text(self.jsonl_path, "".join(json.dumps(row) + "\n" for row in kept), overwrite=True)
-        _filter_csv(self.csv_path, EPOCH_COLUMNS, lambda row: int(row["epoch"]) < keep_epochs_before
-                    and int(row["step"]) <= step)
-        _filter_csv(self.validation_path, VALIDATION_COLUMNS,
-                    lambda row: int(row["step"]) < step or (validated and int(row["step"]) == step))
+        if epochs is not None:
+            _write_csv(self.csv_path, EPOCH_COLUMNS, [
+                row for row in epochs if int(row["epoch"]) < keep_epochs_before and int(row["step"]) <= step])
+        if validations is not None:
+            _write_csv(self.validation_path, VALIDATION_COLUMNS, [
+                row for row in validations
+                if int(row["step"]) < step or (validated and int(row["step"]) == step)])
 
 
 def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[float]) -> None:
@@ -215,10 +222,7 @@ def _append_csv(path: Path, columns: tuple[str, ...], row: dict) -> None:
     append_line(path, out.getvalue()[:-1])
 
 
-def _filter_csv(path: Path, columns: tuple[str, ...], keep) -> None:
-    if not path.exists():
-        return
-    rows = [row for row in read_csv(path, columns) if keep(row)]
+def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()

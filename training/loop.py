@@ -24,6 +24,7 @@ from srgan.configs import Config, SrganError
 from srgan.configs.schema import TrainConfig
 from srgan.data import EpochSampler, TrainPairs, resolve_images
 from srgan.files import DiskFull
+from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.losses import GeneratorCriterion
 from srgan.models import (
     Discriminator,
@@ -52,12 +53,17 @@ def train(config: Config, resume: Path | None = None) -> Path:
     """Train as `config` says, in a new run folder or continuing `resume`'s;
     returns the run folder. Raises TrainingInterrupted after saving when
     SIGINT/SIGTERM arrives."""
-    trainer = Trainer(config, resume)
     try:
-        with StopSignals() as stop:
-            trainer.fit(stop)
-    finally:
-        trainer.close()
+        trainer = Trainer(config, resume)
+        try:
+            with StopSignals() as stop:
+                trainer.fit(stop)
+        finally:
+            trainer.close()
+    except DiskFull as error:
+        folder = resume or config.train.run_dir or "RUN_DIR"
+        raise DiskFull(f"{error}; the last good checkpoint is kept. Free some space, then: "
+                       f"srgan train --resume {folder}") from None
     return trainer.folder.path
 
 
@@ -100,20 +106,27 @@ class Trainer:
         # with its files cut back to the checkpoint.
         self.folder = RunFolder(Path(resume) if resume is not None else (Path(t.run_dir) if t.run_dir
                                                                           else default_run_dir(config)))
-        started = self.folder.open(config, resuming=resume is not None)
+        started = self.folder.open(resuming=resume is not None)
         try:
             self.progress = self.restore_or_start(started)
-            attach_log_file(self.folder.path / "train.log")
-            self.tensorboard = open_tensorboard(self.folder.path) if t.tensorboard else None
-            self.metrics = MetricLog(self.folder.path, self.tensorboard)
+            self.metrics = MetricLog(self.folder.path)
             if started:
                 self.resume_logs()
+            # Everything it resumes from checked: now the folder may change.
+            self.folder.write_config(config)
+            attach_log_file(self.folder.path / "train.log")
+            self.tensorboard = open_tensorboard(self.folder.path) if t.tensorboard else None
+            self.metrics.tensorboard = self.tensorboard
         except BaseException:
             self.folder.close()
             raise
         self.sheet = SampleSheet(self.val_images) if self.val_images is not None else None
         self._interval = (time.perf_counter(), 0)  # start and steps of the current metrics row
 
+        if started:
+            log.info("resuming %s from step %d (epoch %d)", self.folder.path, self.progress.step, self.progress.epoch)
+            for change in self.changes:
+                log.info("  changed: %s", change)
         log.info("run folder %s", self.folder.path)
         log.info("%s", self.runtime.describe())
         log.info(
@@ -146,9 +159,6 @@ class Trainer:
         closed = self.epoch_complete() and p.closed_step == p.step
         self.metrics.resume(p.metric_state, p.step, keep_epochs_before=p.epoch + 1 if closed else p.epoch,
                             validated=p.validated_step == p.step)
-        log.info("resuming %s from step %d (epoch %d)", self.folder.path, p.step, p.epoch)
-        for change in self.changes:
-            log.info("  changed: %s", change)
         if closed:
             p.epoch, p.epoch_step = p.epoch + 1, 0
 
@@ -303,11 +313,8 @@ class Trainer:
             targets.append(self.folder.checkpoints / "best.pt")
         if keep_epoch:
             targets.append(self.folder.checkpoints / f"epoch_{p.epoch:03d}.pt")
-        try:
-            for path in targets:
-                save_checkpoint(path, state)
-        except DiskFull as error:
-            raise DiskFull(f"{error}. Free some space, then: srgan train --resume {self.folder.path}") from None
+        for path in targets:
+            save_checkpoint(path, state)
 
     def interrupt(self, signum: int) -> None:
         self.checkpoint()
@@ -457,7 +464,12 @@ def count_parameters(module: torch.nn.Module) -> int:
 def attach_log_file(path: Path) -> None:
     """Copy the run's messages (settings, warnings, epoch summaries) to train.log."""
     detach_log_file()
-    handler = QuietFileHandler(path, encoding="utf-8")
+    try:
+        handler = QuietFileHandler(path, encoding="utf-8")
+    except OSError as error:
+        if error.errno in FULL_DISK_ERRNOS:
+            raise DiskFull(f"disk full at {path} ({error.strerror})") from None
+        raise
     handler.srgan_run_log = True
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.getLogger("srgan").addHandler(handler)

@@ -37,11 +37,10 @@ class RunFolder:
     def has_checkpoint(self) -> bool:
         return self.last.is_file()
 
-    def open(self, config: Config, resuming: bool) -> bool:
-        """Lock the folder and write the config into it. Refuses, for a new
-        run, a folder that holds one. Returns whether there is a checkpoint to
-        resume from (False for a new run, and for a resumed one that stopped
-        before its first checkpoint)."""
+    def open(self, resuming: bool) -> bool:
+        """Lock the folder. Refuses, for a new run, a folder that holds one.
+        Returns whether there is a checkpoint to resume from (False for a new
+        run, and for a resumed one that stopped before its first checkpoint)."""
         if self.path.exists() and not self.path.is_dir():
             raise SrganError(f"train.run_dir: {self.path} is a file, not a folder")
         self.lock.acquire()
@@ -55,11 +54,14 @@ class RunFolder:
                 for name in RUN_FILES:
                     (self.path / name).unlink(missing_ok=True)
             self.remove_temporary_files()
-            write_text(self.path / "config.yaml", config_to_yaml(config), overwrite=True)
         except BaseException:
             self.lock.release()
             raise
         return started
+
+    def write_config(self, config: Config) -> None:
+        """The resolved config, once the run has checked everything it resumes from."""
+        write_text(self.path / "config.yaml", config_to_yaml(config), overwrite=True)
 
     def remove_temporary_files(self) -> None:
         """Temporary files of a writer that was killed mid-write: they hold

@@ -1,0 +1,121 @@
+"""Writes that could destroy data: every command's outputs refuse inputs and
+existing files (without --force), stay in the folder asked for, and are
+never half written."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from PIL import Image
+
+from conftest import assert_refused, assert_unchanged, no_temporary_files, skimage_photo, snapshot
+
+
+@pytest.fixture
+def photo(tmp_path):
+    path = tmp_path / "in" / "coffee.png"
+    path.parent.mkdir()
+    Image.fromarray(skimage_photo("coffee")[:64, :64]).save(path)
+    return path
+
+
+def test_every_refused_write_leaves_the_folder_as_it_was(srgan, tiny_run, photo, tmp_path):
+    folder = photo.parent
+    (folder / "existing.png").write_bytes(b"precious")
+    (folder / "scores.json").write_text('{"mine": 1}')
+    (folder / "notes.txt").write_text("mine")
+    (folder / "coffee_x4.png").write_bytes(b"an earlier result")
+    os.link(photo, folder / "hardlink_x4.png")  # the input under another name
+    cases = [
+        # (args, culprit)
+        (["compare", tiny_run, photo, "-o", folder / "existing.png"], "existing.png: exists (use --force"),
+        (["compare", tiny_run, photo, "-o", photo, "--force"], "is an input"),
+        (["compare", tiny_run, photo, "-o", folder / "cmp.jpg"], "expected a file name ending in .png"),
+        (["evaluate", folder, "-k", tiny_run, "--json", folder / "scores.json"], "scores.json: exists"),
+        (["upscale", photo, "-k", tiny_run], "coffee_x4.png: exists (use --force"),
+        (["upscale", photo, "-k", tiny_run, "--suffix", "/../../escaped", "-o", tmp_path / "out"], "--suffix"),
+        (["upscale", photo, "-k", tiny_run, "--suffix", "_x4/../../notes"], "--suffix"),
+        (["upscale", photo, "-k", tiny_run, "-o", folder / "notes.txt"], "not an image srgan writes"),
+        (["upscale", photo, "-k", tiny_run, "-o", folder / "result.gif"], "cannot write .gif files"),
+        (["upscale", photo, "-k", tiny_run, "--suffix", "", "--ext", "png", "--force"], "would overwrite an input"),
+        (["upscale", photo, "-k", tiny_run, "-o", folder / "hardlink_x4.png", "--force"], "would overwrite an input"),
+        (["samples", folder.parent / "samples_here"], "exists (use --force"),
+        (["plot", tiny_run, "-o", folder / "existing.png"], "existing.png: exists"),
+    ]
+    (folder.parent / "samples_here" / "val").mkdir(parents=True)
+    (folder.parent / "samples_here" / "val" / "immunohistochemistry.png").write_bytes(b"mine")
+    before = snapshot(tmp_path)
+    run_before = snapshot(tiny_run)
+    for args, culprit in cases:
+        assert_refused(srgan(*args), culprit)
+        assert_unchanged(before)
+        assert not no_temporary_files(tmp_path), args
+    assert not (folder / "result.gif").exists() and not (tmp_path / "escaped.png").exists()
+    assert not (folder.parent / "samples_here" / "train").exists()  # all refused, none written
+    assert_unchanged(run_before)
+
+
+def test_force_replaces_a_planted_symlink_not_its_target(srgan, tiny_run, photo, tmp_path):
+    """An output name that is a symlink to another file: --force replaces the
+    link itself; the file it pointed to is untouched."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("do not touch")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "coffee_x4.png").symlink_to(precious)
+    assert srgan("upscale", photo, "-k", tiny_run, "-o", out).returncode == 2  # exists
+    result = srgan("upscale", photo, "-k", tiny_run, "-o", out, "--force")
+    assert result.returncode == 0, result
+    assert precious.read_text() == "do not touch"
+    assert not (out / "coffee_x4.png").is_symlink() and Image.open(out / "coffee_x4.png").size == (256, 256)
+
+
+def test_force_overwrites_and_outputs_are_whole(srgan, tiny_run, photo, tmp_path):
+    cmp = tmp_path / "cmp.png"
+    cmp.write_bytes(b"old")
+    assert srgan("compare", tiny_run, photo, "-o", cmp, "--force").returncode == 0
+    assert Image.open(cmp).size == (3 * 64 + 16, 64)
+    scores = tmp_path / "scores.json"
+    scores.write_text("old")
+    assert srgan("evaluate", photo.parent, "-k", tiny_run, "--json", scores, "--force").returncode == 0
+    assert json.loads(scores.read_text())["scale"] == 4
+    assert not no_temporary_files(tmp_path)
+
+
+def test_usage_errors_are_one_plain_line(srgan):
+    for args, culprit in (
+        (["upscale"], "Missing argument"),
+        (["upscale", "x.png", "-k", "y", "--tile-pad", "abc"], "--tile-pad"),
+        (["train", "--no-such-option"], "--no-such-option"),
+        (["nosuchcommand"], "nosuchcommand"),
+    ):
+        result = srgan(*args)
+        assert_refused(result, culprit)
+        assert len(result.stderr.strip().splitlines()) == 1, result
+
+
+def test_a_full_disk_keeps_the_old_json_whole(tmp_path, photo, tiny_run):
+    """evaluate --json --force onto a tmpfs with no room: the old file stays
+    whole, no temporary file is left, the message says disk full."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to mount a small tmpfs")
+    import subprocess
+    import sys
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    script = (
+        f"mount -t tmpfs -o size=64k tmpfs {mount} && "
+        f"printf '%s' '{{\"old\": true}}' > {mount}/scores.json && "
+        f"head -c 60000 /dev/zero > {mount}/filler; "
+        f"{sys.executable} -m srgan.cli evaluate {photo.parent} -k {tiny_run} --json {mount}/scores.json --force; "
+        f"echo rc=$?; cat {mount}/scores.json; echo; ls -a {mount}"
+    )
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    if "mount" in done.stderr and "rc=" not in done.stdout:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    assert "rc=2" in done.stdout, done
+    assert '{"old": true}' in done.stdout and ".tmp" not in done.stdout, done
+    assert "disk full at" in done.stderr and "scores.json" in done.stderr and "Traceback" not in done.stderr, done
