@@ -56,6 +56,12 @@ def evaluate(
     typer.echo(format_table(result))
     if json_path is not None:
         write_text(json_path, json.dumps(result, indent=2) + "\n", overwrite=force)
+    if result["failed"]:
+        total = len(result["images"]) + len(result["failed"])
+        typer.echo(f"srgan: {len(result['failed'])} of {total} images failed (not in the means):", err=True)
+        for why in result["failed"]:
+            typer.echo(f"  {why}", err=True)
+        raise typer.Exit(1)
 
 
 def plot(

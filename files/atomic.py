@@ -16,7 +16,7 @@ import secrets
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
 
-from srgan.configs.errors import SrganError
+from srgan.configs.errors import SrganError, first_line
 
 # What a full disk (or a quota, or a file-size limit) raises on a write.
 FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -62,7 +62,10 @@ def write_file(
     removed, an old `path` kept), and lets other errors of `save` through
     after removing the temporary file."""
     final = check_output(path, overwrite, inputs, folder)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SrganError(f"{final.parent}: cannot be made a folder ({first_line(error)})") from None
     tmp = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     watched = None
     existed = final.exists()
@@ -88,6 +91,8 @@ def write_file(
             raise DiskFull(f"disk full at {final} ({cause.strerror}); {kept}") from None
         if isinstance(error, OSError) and error.errno == errno.EEXIST:
             raise SrganError(f"{path}: exists (another process wrote it meanwhile; use --force to overwrite)") from None
+        if isinstance(error, OSError):  # permissions, a vanished folder, a read-only file system...
+            raise SrganError(f"{final}: cannot be written ({first_line(error)})") from None
         raise
     _sync_folder(final.parent)
 

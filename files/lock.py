@@ -13,7 +13,7 @@ import socket
 import time
 from pathlib import Path
 
-from srgan.configs.errors import SrganError
+from srgan.configs.errors import SrganError, first_line
 
 log = logging.getLogger("srgan")
 
@@ -26,8 +26,11 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise SrganError(f"{self.path.parent}: cannot be used as a run folder ({first_line(error)})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from srgan.configs.errors import SrganError
+from srgan.configs.errors import SrganError, first_line
 from srgan.data import bicubic_downscale, find_images, load_rgb8
 from srgan.inference.compare import bicubic_upscale, mod_crop
 from srgan.inference.metrics import CONVENTION, psnr_y, ssim_y
@@ -35,12 +35,15 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
             raise SrganError(f"{folder}: no images in it")
         paths += found
     network = inference_network(generator, runtime)
-    images = []
+    images, failed = [], []
     for path in paths:
         try:
             hr = mod_crop(load_rgb8(path), scale)
-        except Exception as error:
-            raise SrganError(f"{path}: cannot be decoded as an image ({error.__class__.__name__})") from None
+        except Exception as error:  # PIL raises many types for a broken file
+            reason = str(error) if isinstance(error, SrganError) else f"{path}: cannot be decoded ({first_line(error)})"
+            log.warning("%s; skipped", reason)
+            failed.append(reason)
+            continue
         if min(hr.shape[:2]) < 2 * scale + 11:
             log.warning("skipping %s: too small to score at x%d", path, scale)
             continue
@@ -52,12 +55,13 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
             "bicubic": {"psnr": psnr_y(bicubic, hr8, scale), "ssim": ssim_y(bicubic, hr8, scale)},
         })
     if not images:
-        raise SrganError("no image large enough to evaluate")
+        raise SrganError(f"{', '.join(str(f) for f in folders)}: no image that decodes and is large enough to evaluate")
     mean = {
         kind: {metric: float(np.mean([im[kind][metric] for im in images])) for metric in ("psnr", "ssim")}
         for kind in ("sr", "bicubic")
     }
-    return {"scale": scale, "convention": CONVENTION.format(scale=scale), "images": images, "mean": mean}
+    return {"scale": scale, "convention": CONVENTION.format(scale=scale), "images": images, "mean": mean,
+            "failed": failed}
 
 
 def format_table(result: dict) -> str:

@@ -184,10 +184,7 @@ def write_picture(picture: Picture, path: Path, quality: int = 95, **checks) -> 
 
         def save(f: BinaryIO) -> None:
             image.save(f, format=fmt, **options)
-    try:
-        write_file(path, save, **checks)
-    except OSError as error:
-        raise SrganError(f"{path}: cannot be written ({first_line(error)})") from None
+    write_file(path, save, **checks)
 
 
 def write_png(image: np.ndarray, path: Path, **checks) -> None:

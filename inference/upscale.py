@@ -20,6 +20,7 @@ from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_pic
 from srgan.inference.fused import fuse_for_inference
 from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
 from srgan.models import Generator, Runtime
+from srgan.models.runtime import is_out_of_memory
 
 log = logging.getLogger("srgan")
 
@@ -67,7 +68,7 @@ def upscale_files(
             result = upscale_picture(network, picture, runtime, options, progress=source.name)
             write_picture(result, target, options.quality, overwrite=options.force, inputs=(source,))
         except (MemoryError, RuntimeError) as failure:
-            if isinstance(failure, RuntimeError) and not is_cpu_out_of_memory(failure):
+            if not is_out_of_memory(failure):
                 raise
             error = SrganError(f"{source}: out of memory while upscaling it (try --tile 256 or a smaller --outscale)")
             log.warning("%s; skipped", error)
@@ -79,11 +80,6 @@ def upscale_files(
             continue
         report.written.append(target)
     return report
-
-
-def is_cpu_out_of_memory(error: RuntimeError) -> bool:
-    """torch's CPU allocator reports a failed allocation as a RuntimeError."""
-    return "can't allocate memory" in str(error) or "DefaultCPUAllocator" in str(error)
 
 
 def check_upscale_memory(source: Path | str, width: int, height: int, itemsize: int, scale: int,

@@ -83,3 +83,12 @@ def cpu_has_bf16_units() -> bool:
     except OSError:
         return False
     return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """A failed allocation: Python's MemoryError, CUDA's, or torch's CPU
+    allocator's (a RuntimeError of its own)."""
+    if isinstance(error, (MemoryError, torch.cuda.OutOfMemoryError)):
+        return True
+    return isinstance(error, RuntimeError) and ("can't allocate memory" in str(error)
+                                                or "DefaultCPUAllocator" in str(error))

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from srgan.configs import Config, SrganError
+from srgan.configs import Config, SrganError, first_line
 from srgan.configs.schema import TrainConfig
 from srgan.data import EpochSampler, TrainPairs, resolve_images
 from srgan.files import DiskFull
@@ -37,6 +37,7 @@ from srgan.models import (
     save_checkpoint,
 )
 from srgan.models.checkpoint import checkpoint_config
+from srgan.models.runtime import is_out_of_memory
 from srgan.training.ema import GeneratorEMA
 from srgan.training.logs import MetricLog, NonFiniteLoss, QuietFileHandler, open_tensorboard
 from srgan.training.pictures import SampleSheet, draw_curves
@@ -64,6 +65,13 @@ def train(config: Config, resume: Path | None = None) -> Path:
         folder = resume or config.train.run_dir or "RUN_DIR"
         raise DiskFull(f"{error}; the last good checkpoint is kept. Free some space, then: "
                        f"srgan train --resume {folder}") from None
+    except (MemoryError, RuntimeError) as error:
+        if not is_out_of_memory(error):
+            raise
+        raise SrganError(
+            f"out of memory ({first_line(error, 120)}) with data.batch_size {config.data.batch_size} and "
+            f"data.crop_size {config.data.crop_size}: lower them (or model.blocks/channels); the last checkpoint "
+            "is kept") from None
     return trainer.folder.path
 
 

@@ -118,3 +118,13 @@ def test_the_lock_file_records_its_holder(tmp_path):
         RunLock(tmp_path).acquire()  # a second lock, even in the same process
     lock.release()
     RunLock(tmp_path).acquire().release()
+
+
+def test_a_run_folder_that_cannot_be_one(srgan, photo_dir, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("mine")
+    assert_refused(srgan("train", *set_args(tiny_overrides(photo_dir, blocker))), "is a file, not a folder")
+    assert_refused(srgan("train", *set_args(tiny_overrides(photo_dir, blocker / "run"))),
+                   "cannot be used as a run folder")
+    assert blocker.read_text() == "mine"
+    assert_refused(srgan("train", "--resume", blocker), "not a run folder")

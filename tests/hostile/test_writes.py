@@ -119,3 +119,13 @@ def test_a_full_disk_keeps_the_old_json_whole(tmp_path, photo, tiny_run):
     assert "rc=2" in done.stdout, done
     assert '{"old": true}' in done.stdout and ".tmp" not in done.stdout, done
     assert "disk full at" in done.stderr and "scores.json" in done.stderr and "Traceback" not in done.stderr, done
+
+
+def test_an_output_folder_that_cannot_be_made(srgan, tiny_run, photo, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("mine")
+    assert_refused(srgan("compare", tiny_run, photo, "-o", blocker / "cmp.png"), "cannot be made a folder")
+    assert_refused(srgan("samples", blocker / "x"), "cannot be made a folder")
+    result = srgan("upscale", photo, "-k", tiny_run, "-o", blocker / "out")
+    assert result.returncode in (1, 2) and "Traceback" not in result.stderr, result
+    assert blocker.read_text() == "mine"
