@@ -148,11 +148,8 @@ def read_jsonl(path: Path) -> list[dict]:
             if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
                 raise ValueError("not a row with an integer step")
         except ValueError as error:
-            if number == len(lines) and not text.endswith("\n"):
-                log.warning("%s: line %d is cut short (an interrupted write); ignoring it", path, number)
-                continue
-            raise SrganError(f"{path}: line {number} is not a metrics row ({error}); the file is damaged: "
-                             "remove that line to go on") from None
+            _torn_or_damaged(path, number, number == len(lines) and not text.endswith("\n"), "a metrics row", error)
+            continue
         rows.append(row)
     return rows
 
@@ -180,13 +177,20 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict]:
                 if value:
                     float(value)
         except (ValueError, StopIteration, csv.Error) as error:
-            if number == len(lines) and not line.endswith("\n"):
-                log.warning("%s: line %d is cut short (an interrupted write); ignoring it", path, number)
-                continue
-            raise SrganError(f"{path}: line {number} is not a row of {path.name} ({error}); the file is damaged: "
-                             "remove that line to go on") from None
+            _torn_or_damaged(path, number, number == len(lines) and not line.endswith("\n"), f"a row of {path.name}",
+                             error)
+            continue
         rows.append(row)
     return rows
+
+
+def _torn_or_damaged(path: Path, number: int, torn: bool, what: str, error: Exception) -> None:
+    """A line that does not parse: dropped with a warning when it is the torn
+    last line an interrupted append leaves, else the file is damaged."""
+    if torn:
+        log.warning("%s: line %d is cut short (an interrupted write); ignoring it", path, number)
+        return
+    raise SrganError(f"{path}: line {number} is not {what} ({error}); the file is damaged: remove that line to go on")
 
 
 def _read_text(path: Path) -> str:
