@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from srgan.bench.machine import machine, peak_rss_mb, synchronize
 from srgan.configs import Config, SrganError
 from srgan.models import resolve_runtime
+from srgan.models.runtime import set_deterministic
 from srgan.training.loop import build_parts
 from srgan.training.step import gan_step, generator_step
 
@@ -41,6 +42,7 @@ class StepBench:
         t = config.train
         self.runtime = resolve_runtime(t.device, t.precision, t.channels_last)
         torch.manual_seed(t.seed)
+        self.deterministic = t.deterministic
         self.parts = build_parts(config, self.runtime)
         b, c, s = config.data.batch_size, config.data.crop_size, config.model.scale
         hr = torch.rand(b, 3, c, c)
@@ -51,6 +53,7 @@ class StepBench:
         self.finite = True
 
     def step(self, timed: bool) -> None:
+        set_deterministic(self.deterministic)  # process-wide: set for each config's step in turn
         started = time.perf_counter()
         stats = (gan_step if self.gan else generator_step)(self.parts, self.lr, self.hr)
         synchronize(self.runtime.device)
@@ -67,6 +70,7 @@ class StepBench:
             "channels_last": runtime.channels_last,
             "compile": config.train.compile,
             "update": config.gan.update,
+            "deterministic": config.train.deterministic,
             "batch": config.data.batch_size,
             "crop": config.data.crop_size,
             "scale": config.model.scale,

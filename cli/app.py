@@ -10,7 +10,7 @@ import warnings
 import typer
 from PIL import Image
 
-from srgan.cli import bench, evaluate, train, upscale
+from srgan.cli import bench, evaluate, plot, runs, train, upscale
 from srgan.configs import SrganError
 
 app = typer.Typer(
@@ -23,7 +23,8 @@ app.command("train")(train.train)
 app.command("upscale")(upscale.upscale)
 app.command("compare")(evaluate.compare)
 app.command("evaluate")(evaluate.evaluate)
-app.command("plot")(evaluate.plot)
+app.command("plot")(plot.plot)
+app.command("runs")(runs.runs)
 app.command("samples")(train.samples)
 
 config_app = typer.Typer(no_args_is_help=True, help="The config presets and how a config resolves.")

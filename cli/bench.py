@@ -27,6 +27,10 @@ def train(
         False, "--compare-update", help="Also time the other gan.update (retain_graph / detach), the two steps "
         "taken in turn in one process, and report retain_over_detach."
     ),
+    compare: Optional[str] = typer.Option(
+        None, "--compare", help="Also time the config with this one setting changed (KEY=VALUE, e.g. "
+        "train.deterministic=false), the two steps taken in turn, and report compared_over_this."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
 ) -> None:
     """Seconds per training step of the real step (random batch, random VGG weights)."""
@@ -38,7 +42,14 @@ def train(
     resolved = load_config(config, settings)
     from srgan.bench.train import bench_interleaved, run_yardstick
 
-    if compare_update:
+    if compare_update and compare:
+        raise SrganError("--compare-update and --compare: one comparison at a time")
+    if compare:
+        result, other_result = bench_interleaved([resolved, load_config(config, [*settings, compare])], iters, warmup)
+        result["compared"] = compare
+        result["compared_median_s_per_step"] = other_result["median_s_per_step"]
+        result["compared_over_this"] = other_result["median_s_per_step"] / result["median_s_per_step"]
+    elif compare_update:
         other = "detach" if resolved.gan.update == "retain_graph" else "retain_graph"
         result, other_result = bench_interleaved([resolved, load_config(config, [*settings, f"gan.update={other}"])],
                                                  iters, warmup)
@@ -69,6 +80,9 @@ def train(
     )
     if "retain_over_detach" in result:
         typer.echo(f"retain_graph / detach, interleaved: {result['retain_over_detach']:.3f}")
+    if "compared" in result:
+        typer.echo(f"with {result['compared']}: {result['compared_median_s_per_step']:.3f} s median, "
+                   f"{result['compared_over_this']:.3f}x this config's time, interleaved")
     if "speedup" in result:
         typer.echo(f"yardstick: {result['yardstick_median_s_per_step']:.3f} s median: {result['speedup']:.2f}x faster")
 

@@ -1,4 +1,4 @@
-"""`srgan compare`, `srgan evaluate`, `srgan plot`."""
+"""`srgan compare`, `srgan evaluate`."""
 from __future__ import annotations
 
 import json
@@ -62,24 +62,3 @@ def evaluate(
         for why in result["failed"]:
             typer.echo(f"  {why}", err=True)
         raise typer.Exit(1)
-
-
-def plot(
-    run_dir: Path = typer.Argument(..., help="A run folder."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="A .png file. Default: RUN_DIR/curves.png "
-                                          "(the run's own picture, redrawn)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing -o file."),
-) -> None:
-    """Draw d_loss, g_loss, d_score, g_score and validation PSNR against step (needs matplotlib)."""
-    from srgan.configs import SrganError
-
-    if not (run_dir / "metrics.jsonl").is_file():
-        raise SrganError(f"{run_dir}: not a run folder (no metrics.jsonl)")
-    if output is not None and output.suffix.lower() != ".png":
-        raise SrganError(f"-o {output}: expected a file name ending in .png")
-    try:
-        from srgan.training.pictures import draw_curves
-
-        typer.echo(draw_curves(run_dir, output, overwrite=output is None or force))
-    except ImportError:
-        raise SrganError("srgan plot needs matplotlib: pip install 'srgan[plot]'") from None

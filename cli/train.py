@@ -14,12 +14,19 @@ def train(
     overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
     resume: Optional[Path] = typer.Option(
         None, "--resume", help="A run folder to continue from its checkpoints/last.pt (with its config.yaml "
-        "unless --config is given; --set still applies)."
+        "unless --config is given; --set still applies), or a sweep folder to continue."
+    ),
+    sweep: List[str] = typer.Option(
+        [], "--sweep", help="KEY=V1,V2[,...]: train one variant per value, one after another, each in its own "
+        "folder inside the sweep folder (train.run_dir, default runs/<name>-sweep-<time>); repeat for a grid."
     ),
 ) -> None:
     """Train a generator and discriminator as the config says (SIGINT/SIGTERM: save and stop)."""
     from srgan.configs import SrganError, load_config
+    from srgan.training.sweep import is_sweep
 
+    if sweep or (resume is not None and is_sweep(resume)):
+        return train_sweep(config, overrides, sweep, resume)
     if resume is not None and config is None:
         if not (resume / "config.yaml").is_file():
             raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
@@ -32,6 +39,25 @@ def train(
     except TrainingInterrupted as stop:
         typer.echo(f"srgan: {stop}", err=True)
         raise typer.Exit(128 + stop.signum)
+
+
+def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resume: Path | None) -> None:
+    from srgan.configs import SrganError
+    from srgan.training import TrainingInterrupted
+    from srgan.training.runs import format_runs, sort_rows, summarize
+    from srgan.training.sweep import run_sweep
+
+    if resume is not None and (sweep or config):
+        raise SrganError(f"--resume {resume}: a sweep continues with its own plan; give no --sweep or --config")
+    try:
+        folders = run_sweep(config, overrides, sweep, resume)
+    except TrainingInterrupted as stop:
+        typer.echo(f"srgan: {stop}", err=True)
+        raise typer.Exit(128 + stop.signum)
+    rows = sort_rows([summarize(folder) for folder in folders])
+    typer.echo(format_runs(rows, folders[0].parent))
+    if any(row["state"] != "finished" for row in rows):
+        raise typer.Exit(1)
 
 
 def config_list() -> None:

@@ -100,6 +100,10 @@ class TrainConfig:
     channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)
     compile: bool = False  # torch.compile the networks (slow to start; see docs/performance.md)
     seed: int = 0
+    # Deterministic kernels only (torch.use_deterministic_algorithms, oneDNN's and
+    # cuDNN's deterministic modes): a config and a seed fix the bits. false: the
+    # fastest kernels, which may add in a different order from run to run.
+    deterministic: bool = True
     log_every: int = 10  # steps between logged rows (and progress-bar updates)
     val_every: int = 0  # steps between validations; 0 = at the end of every epoch
     save_every: int = 0  # steps between writes of checkpoints/last.pt; 0 = at epoch ends only

@@ -114,8 +114,9 @@ def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> No
             value = state.get(key, least)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise SrganError(f"{origin}: {key}: expected an integer of at least {least}, got {value!r}")
-        if not isinstance(state.get("best_psnr", 0.0), (int, float)):
-            raise SrganError(f"{origin}: best_psnr: expected a number, got {state['best_psnr']!r}")
+        for key in ("best_psnr", "wall_seconds"):
+            if isinstance(state.get(key), bool) or not isinstance(state.get(key, 0.0), (int, float)):
+                raise SrganError(f"{origin}: {key}: expected a number, got {state[key]!r}")
         if not isinstance(state.get("scaler", {}), dict):
             raise SrganError(f"{origin}: scaler: expected a mapping")
         last = state.get("last_validation", {})

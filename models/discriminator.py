@@ -26,7 +26,7 @@ class Discriminator(nn.Module):
             c_in = c_out
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(
-            nn.AdaptiveAvgPool2d(1),
+            GlobalAveragePool(),
             nn.Flatten(),
             nn.Linear(c_in, 1024),
             nn.LeakyReLU(0.2),
@@ -36,3 +36,11 @@ class Discriminator(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """A logit per image, shape (N,): sigmoid of it is D(x)."""
         return self.classifier(self.features(x)).squeeze(1)
+
+
+class GlobalAveragePool(nn.Module):
+    """The mean over height and width: AdaptiveAvgPool2d(1)'s function, whose
+    CUDA backward has no deterministic implementation (mean's has)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3), keepdim=True)

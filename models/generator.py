@@ -54,9 +54,6 @@ class Generator(nn.Module):
         self.body_end = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
         self.upsample = nn.Sequential(*(UpsampleBlock(channels) for _ in range(int(math.log2(scale)))))
         self.tail = nn.Conv2d(channels, 3, 9, padding=4)
-        # Where each weight of the tail, run before the last PixelShuffle, comes
-        # from in `tail.weight` (see forward); not saved: derived from the shape.
-        self.register_buffer("tail_index", tail_before_shuffle_index(channels, self.tail.kernel_size[0]), persistent=False)
 
     @classmethod
     def from_config(cls, model: "ModelConfig") -> "Generator":
@@ -76,7 +73,7 @@ class Generator(nn.Module):
         # 2x faster: oneDNN runs a conv with 3 output channels poorly.
         last = self.upsample[-1]
         h = last.prelu(last.conv(h))
-        weight = torch.cat([self.tail.weight.flatten(), self.tail.weight.new_zeros(1)])[self.tail_index]
+        weight = tail_before_shuffle(self.tail.weight)
         h = F.conv2d(h, weight, self.tail.bias.repeat_interleave(4), padding=weight.shape[-1] // 2)
         h = F.pixel_shuffle(h, 2)
         # (tanh + 1) / 2 maps to [0, 1] with the gradient of the seed code.
@@ -99,29 +96,31 @@ class Generator(nn.Module):
         return worst
 
 
-def tail_before_shuffle_index(channels: int, kernel: int) -> torch.Tensor:
-    """For a kernel x kernel conv (C -> 3 channels, padding kernel // 2) applied
-    after PixelShuffle(2): indices into its flattened weight (the last index,
-    C * 3 * kernel**2, meaning 0) giving the equivalent conv applied before
-    the shuffle. Its input channel 4c + 2py + px holds channel c at phase
-    (py, px) and its output channel 4o + 2qy + qx is output o at phase
+def tail_before_shuffle(weight: torch.Tensor) -> torch.Tensor:
+    """For a k x k conv weight (3 x C x k x k, padding k // 2) applied after
+    PixelShuffle(2): the equivalent conv weight applied before the shuffle,
+    12 x 4C x s x s. Its input channel 4c + 2py + px holds channel c at
+    phase (py, px) and its output channel 4o + 2qy + qx is output o at phase
     (qy, qx); a full-resolution offset dy from phase qy to phase py is a
-    coarse step by = (dy + qy - py) / 2, |by| <= (kernel // 2 + 1) // 2."""
+    coarse step by = (dy + qy - py) / 2, |by| <= reach = (k // 2 + 1) // 2,
+    so each (q, p) kernel is a stride-2 slice of the weight padded by one.
+
+    Slices and stacks only: the backward adds the 16 slices' gradients in a
+    fixed order (an indexed gather's backward adds into repeated indices with
+    atomics on the CPU, which made two identical runs differ)."""
+    kernel = weight.shape[-1]
     half = kernel // 2
     reach = (half + 1) // 2
     size = 2 * reach + 1
-    zero = 3 * channels * kernel * kernel
-    index = torch.full((4 * 3, 4 * channels, size, size), zero, dtype=torch.long)
-    source = torch.arange(zero).view(3, channels, kernel, kernel)
+    padded = F.pad(weight, (1, 1, 1, 1))  # offsets one beyond the kernel read zeros
+    rows = []
     for qy in range(2):
         for qx in range(2):
+            phases = []
             for py in range(2):
                 for px in range(2):
-                    for by in range(-reach, reach + 1):
-                        for bx in range(-reach, reach + 1):
-                            dy, dx = 2 * by + py - qy, 2 * bx + px - qx
-                            if abs(dy) <= half and abs(dx) <= half:
-                                index[qy * 2 + qx :: 4, py * 2 + px :: 4, by + reach, bx + reach] = (
-                                    source[:, :, dy + half, dx + half]
-                                )
-    return index
+                    top = half + 1 - 2 * reach + py - qy
+                    left = half + 1 - 2 * reach + px - qx
+                    phases.append(padded[:, :, top:top + 2 * size - 1:2, left:left + 2 * size - 1:2])
+            rows.append(torch.stack(phases, dim=2).flatten(1, 2))  # 3 x 4C x s x s, channel 4c + p
+    return torch.stack(rows, dim=1).flatten(0, 1)  # 12 x 4C x s x s, channel 4o + q

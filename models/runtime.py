@@ -3,6 +3,7 @@ same rules for training and upscaling."""
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,3 +93,16 @@ def is_out_of_memory(error: BaseException) -> bool:
         return True
     return isinstance(error, RuntimeError) and ("can't allocate memory" in str(error)
                                                 or "DefaultCPUAllocator" in str(error))
+
+
+def set_deterministic(enabled: bool) -> None:
+    """Deterministic kernels only (`train.deterministic`), or the fastest.
+    Process-wide, as PyTorch's switches are; cuBLAS reads its workspace
+    setting when it starts, which is after this in a run."""
+    if enabled:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(enabled)
+    torch.backends.cudnn.deterministic = enabled
+    torch.backends.cudnn.benchmark = not enabled  # autotuning picks kernels by timing: not repeatable
+    if hasattr(torch.backends.mkldnn, "deterministic"):
+        torch.backends.mkldnn.deterministic = enabled

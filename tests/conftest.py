@@ -66,13 +66,34 @@ def tiny_overrides(train_dir: Path, run_dir: Path, *extra: str) -> list[str]:
     return values + list(extra)
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_process(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m srgan.cli ARGS` in a fresh process, as a user runs it."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run(
         [sys.executable, "-m", "srgan.cli", *args],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
     )
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`srgan ARGS` through the same main() in this process (no interpreter
+    and torch start-up per call): its exit status and what it printed. An
+    exception escaping main() would be a traceback for the user: it fails
+    the test. Signals, exit codes of a real process and memory limits use
+    run_process."""
+    import contextlib
+    import io
+
+    from srgan.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def set_args(overrides: list[str]) -> list[str]:
@@ -82,32 +103,10 @@ def set_args(overrides: list[str]) -> list[str]:
 # ---- hostile-input helpers (tests/hostile) ----------------------------------------
 
 
-class Result:
-    def __init__(self, code: int, stdout: str, stderr: str):
-        self.returncode, self.stdout, self.stderr = code, stdout, stderr
-
-    def __repr__(self) -> str:
-        return f"exit {self.returncode}\nstdout: {self.stdout[-2000:]}\nstderr: {self.stderr[-2000:]}"
-
-
 @pytest.fixture
-def srgan(capsys):
-    """`srgan ARGS` in this process (no torch import per call): the exit
-    status and what it printed. An exception that escapes main() is a
-    traceback a user would see: it fails the test."""
-    from srgan.cli.app import main
-
-    def call(*args: str) -> Result:
-        capsys.readouterr()
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exit:
-            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return call
+def srgan():
+    """`srgan ARGS` in this process: see run_cli."""
+    return run_cli
 
 
 def assert_refused(result, culprit: str, code: int = 2) -> None:
@@ -142,3 +141,34 @@ def tiny_run(photo_dir, val_dir, tmp_path_factory) -> Path:
 
     run_dir = tmp_path_factory.mktemp("tiny_run") / "run"
     return train(load_config("demo", tiny_overrides(photo_dir, run_dir, f"data.val={val_dir}")))
+
+
+class StopAtStep:
+    """A signal as StopSignals records it, arriving during step `step`."""
+
+    def __init__(self, trainer, step: int):
+        self.trainer, self.step = trainer, step
+
+    @property
+    def signum(self):
+        import signal
+
+        return signal.SIGINT if self.trainer.progress.step >= self.step else None
+
+
+def interrupt_at(config, step: int) -> Path:
+    """Train `config` in this process as if Ctrl-C came during step `step`
+    (the run saves and stops there); returns the run folder."""
+    from srgan.training import TrainingInterrupted
+    from srgan.training.loop import Trainer
+
+    trainer = Trainer(config)
+    with pytest.raises(TrainingInterrupted):
+        try:
+            trainer.fit(StopAtStep(trainer, step))
+        finally:
+            trainer.close()
+    from srgan.models import load_checkpoint
+
+    assert load_checkpoint(trainer.folder.path)["step"] == step
+    return trainer.folder.path

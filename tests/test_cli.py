@@ -7,13 +7,13 @@ import torch
 import yaml
 from PIL import Image
 
-from conftest import run_cli, set_args, skimage_photo, tiny_overrides
+from conftest import run_cli, run_process, set_args, skimage_photo, tiny_overrides
 
 
 @pytest.fixture(scope="module")
 def trained_run(photo_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "tiny"
-    result = run_cli("train", "--config", "demo", *set_args(tiny_overrides(photo_dir, run_dir)))
+    result = run_process("train", "--config", "demo", *set_args(tiny_overrides(photo_dir, run_dir)))  # a real one
     assert result.returncode == 0, result.stderr
     return run_dir, result
 

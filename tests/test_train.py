@@ -50,39 +50,6 @@ def test_val_every_validates_on_steps(photo_dir, val_dir, tmp_path):
     assert [v["step"] for v in table(run / "validation.csv")] == ["3", "5"]  # every 3 steps, and at the end
 
 
-def test_resume_reproduces_the_uninterrupted_run(photo_dir, val_dir, tmp_path):
-    """3 steps + resume + 3 steps = 6 steps: the same weights, optimizer
-    states, EMA and log rows. Step 3 falls inside an epoch (2 steps each)."""
-    extra = ("train.ema_decay=0.5", "train.pretrain_steps=1", "train.lr_schedule.milestones=[4]", "data.workers=1")
-    whole = train(tiny(photo_dir, val_dir, tmp_path / "whole", "train.max_steps=6", *extra))
-    part = train(tiny(photo_dir, val_dir, tmp_path / "part", "train.max_steps=3", *extra))
-    assert load_checkpoint(part)["epoch_step"] == 1
-    resumed_config = load_config(str(part / "config.yaml"), ["train.max_steps=6"])
-    train(resumed_config, resume=part)
-
-    a, b = load_checkpoint(whole), load_checkpoint(part)
-    assert a["step"] == b["step"] == 6 and a["epoch"] == b["epoch"] == 3
-    for key in ("generator", "discriminator", "generator_ema"):
-        for name, tensor in a[key].items():
-            assert torch.equal(tensor, b[key][name]), (key, name)
-    for key in ("optimizer_g", "optimizer_d"):
-        for index, state in a[key]["state"].items():
-            for name, value in state.items():
-                assert torch.equal(value, b[key]["state"][index][name]), (key, index, name)
-
-    def without_timing(records, *timing):
-        return [{k: v for k, v in r.items() if k not in timing} for r in records]
-
-    assert without_timing(rows(whole / "metrics.jsonl"), "images_per_s") == without_timing(
-        rows(part / "metrics.jsonl"), "images_per_s"
-    )
-    assert without_timing(table(whole / "epochs.csv"), "seconds") == without_timing(table(part / "epochs.csv"), "seconds")
-    steps = [r["step"] for r in rows(part / "metrics.jsonl")]
-    assert steps == sorted(set(steps)) == [1, 2, 3, 4, 5, 6]
-    assert rows(part / "metrics.jsonl")[4]["lr_g"] == pytest.approx(1e-4)  # the milestone at 4: 1e-3 -> 1e-4
-    assert "d_loss" not in rows(part / "metrics.jsonl")[0] and "d_loss" in rows(part / "metrics.jsonl")[1]
-
-
 def test_resume_refuses_other_networks_and_names_the_difference(photo_dir, val_dir, tmp_path):
     run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=1"))
     changed = load_config(str(run / "config.yaml"), ["model.blocks=2", "model.scale=2"])
@@ -132,4 +99,5 @@ def test_srgan_plot_redraws_the_curves(photo_dir, val_dir, tmp_path):
     out = tmp_path / "c.png"
     result = run_cli("plot", str(run), "-o", str(out))
     assert result.returncode == 0 and out.stat().st_size > 1000
-    assert run_cli("plot", str(tmp_path)).returncode == 2
+    (tmp_path / "empty").mkdir()
+    assert run_cli("plot", str(tmp_path / "empty")).returncode == 2

@@ -184,6 +184,18 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict]:
     return rows
 
 
+def read_run_logs(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    """metrics.jsonl's rows and validation.csv's rows of a run (empty when absent)."""
+    metrics, validation = run_dir / "metrics.jsonl", run_dir / "validation.csv"
+    return (read_jsonl(metrics) if metrics.exists() else [],
+            read_csv(validation, VALIDATION_COLUMNS) if validation.exists() else [])
+
+
+def is_number(value) -> bool:
+    """A logged value that is a number (JSON's true and false are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _torn_or_damaged(path: Path, number: int, torn: bool, what: str, error: Exception) -> None:
     """A line that does not parse: dropped with a warning when it is the torn
     last line an interrupted append leaves, else the file is damaged."""

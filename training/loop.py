@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -37,7 +38,7 @@ from srgan.models import (
     save_checkpoint,
 )
 from srgan.models.checkpoint import checkpoint_config
-from srgan.models.runtime import is_out_of_memory
+from srgan.models.runtime import is_out_of_memory, set_deterministic
 from srgan.training.ema import GeneratorEMA
 from srgan.training.logs import MetricLog, NonFiniteLoss, QuietFileHandler, open_tensorboard
 from srgan.training.pictures import SampleSheet, draw_curves
@@ -82,6 +83,7 @@ class Trainer:
         if resume is not None and not (Path(resume) / "config.yaml").is_file():
             raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
         self.runtime = resolve_runtime(t.device, t.precision, t.channels_last)
+        set_deterministic(t.deterministic)
         seed_everything(t.seed)
 
         # Inputs first: a mistake in them must not touch a run folder.
@@ -130,6 +132,8 @@ class Trainer:
             raise
         self.sheet = SampleSheet(self.val_images) if self.val_images is not None else None
         self._interval = (time.perf_counter(), 0)  # start and steps of the current metrics row
+        self._session = (time.perf_counter(), self.progress.wall_seconds)  # when this session began, time before it
+        self.record("running")
 
         if started:
             log.info("resuming %s from step %d (epoch %d)", self.folder.path, self.progress.step, self.progress.epoch)
@@ -173,6 +177,18 @@ class Trainer:
     # ---- the epochs --------------------------------------------------------------
 
     def fit(self, stop: StopSignals) -> None:
+        """The epochs, and run.json's last word on how they ended."""
+        try:
+            self.run_epochs(stop)
+        except TrainingInterrupted:
+            self.record("interrupted")
+            raise
+        except BaseException as error:
+            self.record("failed", first_line(error))
+            raise
+        self.record("finished")
+
+    def run_epochs(self, stop: StopSignals) -> None:
         t, p = self.config.train, self.progress
         self.finish_pending_work()
         if self.done() or p.epoch > t.epochs:
@@ -202,8 +218,9 @@ class Trainer:
         self.parts.discriminator.train()
         started = time.perf_counter()
         self._interval = (started, 0)
-        bar = tqdm(total=self.sampler.steps_per_epoch, initial=p.epoch_step, desc=f"[{p.epoch}/{t.epochs}]",
-                   leave=False, dynamic_ncols=True, unit="step")
+        bar = tqdm(total=self.sampler.steps_per_epoch, initial=p.epoch_step, desc=f"[{p.epoch}/{self.epochs()}]",
+                   leave=False, dynamic_ncols=True, unit="step",
+                   mininterval=0.1 if sys.stderr.isatty() else 60)  # into a log file: a line a minute
         for lr, hr in batches(self.loader):
             self.step(lr, hr)
             bar.update()
@@ -251,7 +268,7 @@ class Trainer:
             "images_per_s": steps * self.config.data.batch_size / max(now - start, 1e-9),
         })
         self._interval = (now, 0)
-        bar.set_description(describe(self.progress.epoch, self.config.train.epochs, row))
+        bar.set_description(describe(self.progress.epoch, self.epochs(), row))
 
     def end_epoch(self, started: float) -> None:
         """The end of an epoch (or of the run, when max_steps falls inside
@@ -266,7 +283,7 @@ class Trainer:
             "psnr": scores.get("psnr"), "ssim": scores.get("ssim"),
             "seconds": round(time.perf_counter() - started, 3),
         }, finished=complete)
-        summary = describe(p.epoch, t.epochs, row)
+        summary = describe(p.epoch, self.epochs(), row)
         if scores:
             summary += f" psnr {scores['psnr']:.2f} ssim {scores['ssim']:.4f}"
         log.info("%s (%.1f s)", summary, row["seconds"])
@@ -323,6 +340,29 @@ class Trainer:
             targets.append(self.folder.checkpoints / f"epoch_{p.epoch:03d}.pt")
         for path in targets:
             save_checkpoint(path, state)
+        self.record("running")
+
+    def record(self, state: str, reason: str = "") -> None:
+        """run.json: the state, step and time spent, for `srgan runs`. Never
+        the reason a run fails: a full disk here must not hide the first error."""
+        started, before = self._session
+        self.progress.wall_seconds = before + time.perf_counter() - started
+        try:
+            self.folder.write_status(state, self.progress.step, self.planned_steps(), self.progress.wall_seconds,
+                                     reason)
+        except SrganError:
+            if state == "running":
+                raise
+
+    def epochs(self) -> int:
+        """The epochs the run will reach: train.epochs, or fewer when train.max_steps ends it first."""
+        t = self.config.train
+        return min(t.epochs, -(-t.max_steps // self.sampler.steps_per_epoch)) if t.max_steps else t.epochs
+
+    def planned_steps(self) -> int:
+        t = self.config.train
+        planned = t.epochs * self.sampler.steps_per_epoch
+        return min(planned, t.max_steps) if t.max_steps else planned
 
     def interrupt(self, signum: int) -> None:
         self.checkpoint()
@@ -452,7 +492,7 @@ _curves_warned = False
 def redraw_curves(run_dir: Path) -> None:
     global _curves_warned
     try:
-        draw_curves(run_dir)
+        draw_curves([run_dir], run_dir / "curves.png")
     except ImportError:
         if not _curves_warned:
             log.warning("curves.png needs matplotlib: pip install 'srgan[plot]'")

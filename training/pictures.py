@@ -13,7 +13,7 @@ from srgan.inference.metrics import quantize
 from srgan.files import check_output, write_file
 from srgan.inference.imageio import write_png
 from srgan.models import Runtime
-from srgan.training.logs import VALIDATION_COLUMNS, read_csv, read_jsonl
+from srgan.training.logs import is_number, read_run_logs
 from srgan.training.validation import bicubic_upscale
 
 SAMPLE_COUNT = 4
@@ -59,45 +59,67 @@ class SampleSheet:
         return sheet
 
 
-def draw_curves(run_dir: Path, out: Path | None = None, overwrite: bool = True) -> Path:
-    """d_loss, g_loss, d_score, g_score and validation PSNR against step, from
-    the run's files, into `out` (default: the run's curves.png, its own
-    picture, redrawn). Raises ImportError without matplotlib."""
+def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: list[str] | None = None) -> Path:
+    """Validation PSNR, g_loss, d_loss, d_score = D(x) and g_score = D(G(z))
+    against step, one colour a run, from the runs' files (curves.png of a
+    run, `srgan plot` of several). Raises ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    out = Path(out or run_dir / "curves.png")
+    out = Path(out)
     check_output(out, overwrite)  # before the drawing
-    metrics, validation_csv = run_dir / "metrics.jsonl", run_dir / "validation.csv"
-    rows = read_jsonl(metrics) if metrics.exists() else []
-    validation = read_csv(validation_csv, VALIDATION_COLUMNS) if validation_csv.exists() else []
-
-    def series(name: str) -> tuple[list[int], list[float]]:
-        points = [(r["step"], r[name]) for r in rows
-                  if isinstance(r.get(name), (int, float)) and not isinstance(r.get(name), bool)]
-        return [p[0] for p in points], [p[1] for p in points]
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
-    for name in ("d_loss", "g_loss"):
-        axes[0].plot(*series(name), label=name)
-    axes[0].set_title("losses")
-    axes[0].set_yscale("log")
+    labels = labels or [run.name for run in runs]
+    series = [read_run_logs(run) for run in runs]
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), constrained_layout=True)
+    panels = {
+        "psnr": (axes[0, 0], "validation PSNR (dB, Y channel)"),
+        "g_loss": (axes[0, 1], "g_loss (log scale)"),
+        "d_loss": (axes[0, 2], "d_loss"),
+        "d_score": (axes[1, 0], "d_score = D(x)"),
+        "g_score": (axes[1, 1], "g_score = D(G(z))"),
+    }
+    colours = plt.get_cmap("tab10").colors
+    dashes = ("-", "--", ":", "-.")  # runs that coincide stay visible
+    bicubic_drawn: set[float] = set()
+    for i, (label, (rows, validation)) in enumerate(zip(labels, series)):
+        style = {"color": colours[i % len(colours)], "linestyle": dashes[i % len(dashes)], "linewidth": 1.4,
+                 "label": label}
+        for name in ("g_loss", "d_loss", "d_score", "g_score"):
+            points = [(r["step"], r[name]) for r in rows if is_number(r.get(name))]
+            if points:
+                panels[name][0].plot(*zip(*points), **style)
+        scored = [v for v in validation if v["psnr"] and v["bicubic_psnr"]]
+        if scored:
+            ax = panels["psnr"][0]
+            ax.plot([int(v["step"]) for v in scored], [float(v["psnr"]) for v in scored], marker="o", markersize=3,
+                    **style)
+            bicubic = round(float(scored[0]["bicubic_psnr"]), 2)
+            if bicubic not in bicubic_drawn:
+                ax.axhline(bicubic, color="gray", linestyle="--", linewidth=1)
+                ax.annotate(f"bicubic {bicubic:.2f}", (0, bicubic), xycoords=("axes fraction", "data"),
+                            xytext=(4, 3), textcoords="offset points", color="gray", fontsize=8)
+                bicubic_drawn.add(bicubic)
+    panels["g_loss"][0].set_yscale("log") if any(panels["g_loss"][0].lines) else None
     for name in ("d_score", "g_score"):
-        axes[1].plot(*series(name), label=name)
-    axes[1].set_title("D(x) and D(G(z))")
-    axes[1].set_ylim(0, 1)
-    validation = [v for v in validation if v["psnr"] and v["bicubic_psnr"]]
-    if validation:
-        steps = [int(v["step"]) for v in validation]
-        axes[2].plot(steps, [float(v["psnr"]) for v in validation], marker="o", label="SR")
-        axes[2].axhline(float(validation[0]["bicubic_psnr"]), color="gray", linestyle="--", label="bicubic")
-    axes[2].set_title("validation PSNR (dB, Y channel)")
-    for ax in axes:
+        panels[name][0].set_ylim(0, 1)
+    for ax, title in panels.values():
+        ax.set_title(title)
         ax.set_xlabel("step")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend()
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    legend = axes[1, 2]
+    legend.axis("off")
+    handles, names = [], []
+    for ax, _ in panels.values():
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
+    if handles:
+        legend.legend(handles, names, loc="upper left", frameon=False, fontsize=9, title="run")
     try:
         write_file(out, lambda f: fig.savefig(f, format="png", dpi=80), overwrite=overwrite)
     finally:

@@ -7,7 +7,11 @@ crash, a kill, a bad image found late): a new run in that folder, or a
 resume of it, starts it afresh instead of refusing it."""
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
+import time
 from pathlib import Path
 
 from srgan.configs import Config, SrganError, config_to_yaml
@@ -16,7 +20,11 @@ from srgan.files import RunLock, write_text
 log = logging.getLogger("srgan")
 
 # What a run writes besides its checkpoints (cleared when a folder is started afresh).
-RUN_FILES = ("metrics.jsonl", "epochs.csv", "validation.csv", "curves.png", "train.log")
+RUN_FILES = ("metrics.jsonl", "epochs.csv", "validation.csv", "curves.png", "train.log", "run.json")
+STATUS_NAME = "run.json"
+# run.json's states; "running" in the file with nobody holding the lock means
+# the process died without a word (SIGKILL, a power cut).
+STATES = ("running", "finished", "interrupted", "failed")
 
 
 class RunFolder:
@@ -62,6 +70,15 @@ class RunFolder:
     def write_config(self, config: Config) -> None:
         """The resolved config, once the run has checked everything it resumes from."""
         write_text(self.path / "config.yaml", config_to_yaml(config), overwrite=True)
+
+    def write_status(self, state: str, step: int, planned: int, wall_seconds: float, reason: str = "") -> None:
+        """run.json: where the run stands, for `srgan runs` (small, rewritten
+        atomically at every checkpoint and when the process ends)."""
+        status = {"state": state, "step": step, "planned_steps": planned, "wall_seconds": round(wall_seconds, 1),
+                  "pid": os.getpid(), "host": socket.gethostname(), "updated": time.strftime("%Y-%m-%d %H:%M:%S")}
+        if reason:
+            status["reason"] = reason
+        write_text(self.path / STATUS_NAME, json.dumps(status) + "\n", overwrite=True)
 
     def remove_temporary_files(self) -> None:
         """Temporary files of a writer that was killed mid-write: they hold

@@ -32,6 +32,7 @@ class Progress:
     validated_step: int = -1
     closed_step: int = -1
     last_validation: dict = field(default_factory=dict)  # step, psnr, ssim, best (improved on the best before)
+    wall_seconds: float = 0.0  # time spent training, over all the sessions of the run
 
 
 def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Config, progress: Progress) -> dict:
@@ -50,6 +51,7 @@ def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Con
         "validated_step": progress.validated_step,
         "closed_step": progress.closed_step,
         "last_validation": progress.last_validation,
+        "wall_seconds": progress.wall_seconds,
         "rng": rng_state(),
         "config": config_to_dict(config),
     }
@@ -81,6 +83,7 @@ def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Prog
         validated_step=state.get("validated_step", state["step"]),
         closed_step=state.get("closed_step", state["step"]),
         last_validation=state.get("last_validation", {}),
+        wall_seconds=float(state.get("wall_seconds", 0.0)),
     )
 
 

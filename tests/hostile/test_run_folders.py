@@ -97,7 +97,7 @@ def test_two_resumes_at_once_one_refused_no_duplicate_rows(photo_dir, tmp_path):
     first = subprocess.run([sys.executable, "-m", "srgan.cli", "train", *set_args(tiny_overrides(photo_dir, run))],
                            capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    command = [sys.executable, "-m", "srgan.cli", "train", "--resume", str(run), "--set", "train.max_steps=300", "--set", "data.repeat=100",
+    command = [sys.executable, "-m", "srgan.cli", "train", "--resume", str(run), "--set", "train.max_steps=150", "--set", "data.repeat=50",
                "--set", "train.epochs=100"]
     both = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in both]
@@ -106,8 +106,8 @@ def test_two_resumes_at_once_one_refused_no_duplicate_rows(photo_dir, tmp_path):
     refused = next(err for code, err in results if code == 2)
     assert "in use by process" in refused and "Traceback" not in refused
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(1, 301))
-    assert load_checkpoint(run)["step"] == 300
+    assert steps == list(range(1, 151))
+    assert load_checkpoint(run)["step"] == 150
 
 
 def test_the_lock_file_records_its_holder(tmp_path):

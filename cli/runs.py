@@ -1,0 +1,24 @@
+"""`srgan runs`: a table of the runs below a folder, best validation first."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def runs(
+    folder: Path = typer.Argument(Path("runs"), help="A folder of run folders (searched recursively)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+) -> None:
+    """One row a run: its settings against its preset, steps done / planned, state, best
+    validation PSNR/SSIM with bicubic's, the last d_loss, g_loss, d_score, g_score, wall time."""
+    from srgan.training.runs import find_runs, format_runs, sort_rows, summarize
+
+    rows = sort_rows([summarize(run) for run in find_runs(folder)])
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+    elif rows:
+        typer.echo(format_runs(rows, folder))
+    else:
+        typer.echo(f"{folder}: no run folders (with a config.yaml) below it")

@@ -1,0 +1,205 @@
+"""What a run folder says about its run, for `srgan runs` and `srgan plot`:
+its settings against its preset, how far it got, in what state, its best
+validation and its last GAN values. Read from the small files a run writes
+(config.yaml, run.json, validation.csv, metrics.jsonl), never a checkpoint;
+a broken folder gives a summary that says what is wrong."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from srgan.configs import Config, SrganError, config_from_dict, config_to_dict, load_config, preset_names
+from srgan.configs.loader import parse_yaml
+from srgan.files.lock import LOCK_NAME
+from srgan.training.logs import is_number, read_run_logs
+from srgan.training.run_folder import STATUS_NAME
+
+GAN_VALUES = ("d_loss", "g_loss", "d_score", "g_score")
+# Keys that differ between any two runs without saying anything about them.
+IGNORED_KEYS = ("name", "train.run_dir")
+
+
+def find_runs(folder: Path) -> list[Path]:
+    """Run folders (with a config.yaml) at or below `folder`, in name order."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise SrganError(f"{folder}: no such folder")
+    found = {path.parent for path in folder.rglob("config.yaml") if path.is_file()}
+    return sorted(found)
+
+
+def read_run_config(run: Path) -> Config:
+    path = run / "config.yaml"
+    if not path.is_file():
+        raise SrganError(f"{run}: no config.yaml")
+    raw = parse_yaml(path.read_text(encoding="utf-8", errors="replace"), str(path))
+    if not isinstance(raw, dict):
+        raise SrganError(f"{path}: not a mapping")
+    return config_from_dict(raw, str(path))
+
+
+def flat_settings(config: Config) -> dict[str, object]:
+    """Dotted key -> value, the ignored keys left out."""
+    flat: dict[str, object] = {}
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            elif prefix + key not in IGNORED_KEYS:
+                flat[prefix + key] = value
+
+    walk(config_to_dict(config), "")
+    return flat
+
+
+def preset_changes(config: Config) -> dict[str, object]:
+    """The settings in which `config` differs from the preset it names (or
+    from the defaults when its name is no preset)."""
+    base = load_config(config.name) if config.name in preset_names() else Config(name=config.name)
+    ours, theirs = flat_settings(config), flat_settings(base)
+    return {key: value for key, value in ours.items() if theirs.get(key) != value}
+
+
+def differing_settings(configs: list[Config]) -> list[str]:
+    """The keys whose values are not the same in every config."""
+    flats = [flat_settings(c) for c in configs]
+    keys = sorted({k for flat in flats for k in flat})
+    return [k for k in keys if len({json.dumps(flat.get(k), sort_keys=True) for flat in flats}) > 1]
+
+
+def run_labels(runs: list[Path]) -> list[str]:
+    """A legend entry a run: the settings in which the runs differ (and its
+    folder's name where those do not tell it from another run)."""
+    configs = [read_run_config(run) for run in runs]
+    keys = differing_settings(configs)
+    settings = []
+    for config in configs:
+        flat = flat_settings(config)
+        settings.append(", ".join(f"{key.split('.')[-1]}={short_value(flat.get(key))}" for key in keys))
+    return [shown if shown and settings.count(shown) == 1 else f"{run.name}" + (f" ({shown})" if shown else "")
+            for run, shown in zip(runs, settings)]
+
+
+def summarize(run: Path) -> dict:
+    """One row of `srgan runs`; "problem" says what is wrong with a broken folder."""
+    row: dict = {"run": str(run), "name": run.name, "preset": None, "changes": {}, "step": None, "planned_steps": None,
+                 "state": None, "best_psnr": None, "best_ssim": None, "best_step": None, "bicubic_psnr": None,
+                 "bicubic_ssim": None, **{name: None for name in GAN_VALUES}, "wall_seconds": None, "problem": None}
+    try:
+        config = read_run_config(run)
+        row["preset"] = config.name
+        row["changes"] = preset_changes(config)
+        row.update(_status(run))
+        rows, validations = read_run_logs(run)
+        scored = [v for v in validations if v["psnr"]]
+        if scored:
+            best = max(scored, key=lambda v: float(v["psnr"]))
+            row.update(best_psnr=float(best["psnr"]), best_ssim=float(best["ssim"]), best_step=int(best["step"]),
+                       bicubic_psnr=float(best["bicubic_psnr"]), bicubic_ssim=float(best["bicubic_ssim"]))
+        for name in GAN_VALUES:
+            row[name] = next((r[name] for r in reversed(rows) if is_number(r.get(name))), None)
+        if row["step"] is None and rows:
+            row["step"] = rows[-1]["step"]
+    except SrganError as error:
+        row["problem"] = str(error)
+        row["state"] = "broken"
+    except (OSError, ValueError) as error:
+        row["problem"] = f"{run}: {error.__class__.__name__}: {error}"
+        row["state"] = "broken"
+    return row
+
+
+def _status(run: Path) -> dict:
+    """state, step, planned steps and wall time from run.json, and whether a
+    process holds the run's lock (a "running" record without one is a run
+    that died without a word)."""
+    path = run / STATUS_NAME
+    if not path.is_file():  # a run from before run.json, or one that never reached its first step
+        if _locked(run):
+            return {"state": "running"}
+        return {"state": "stopped" if (run / "checkpoints" / "last.pt").is_file() else "not started"}
+    try:
+        status = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(status, dict):
+            raise ValueError("not a mapping")
+    except (ValueError, UnicodeDecodeError):
+        raise SrganError(f"{path}: damaged") from None
+    state = status.get("state")
+    if _locked(run):
+        state = "running"
+    elif state == "running":
+        state = "killed"  # its process is gone and said nothing: SIGKILL, a power cut, an OOM kill
+    result = {"state": state, "step": status.get("step"), "planned_steps": status.get("planned_steps"),
+              "wall_seconds": status.get("wall_seconds")}
+    if status.get("reason"):
+        result["problem"] = status["reason"]
+    return result
+
+
+def _locked(run: Path) -> bool:
+    """Whether the process recorded in the run's lock file is alive. Read,
+    not locked: probing the flock could make a run starting at that moment
+    think the folder is taken. A holder on another host is taken as alive."""
+    try:
+        holder = json.loads((run / LOCK_NAME).read_text() or "{}")
+        pid, host = int(holder["pid"]), holder.get("host")
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sort_rows(rows: list[dict]) -> list[dict]:
+    """Best validation PSNR first; runs without one, then broken ones, last."""
+    return sorted(rows, key=lambda r: (r["problem"] is not None and r["preset"] is None,
+                                       r["best_psnr"] is None, -(r["best_psnr"] or 0.0), r["name"]))
+
+
+def format_runs(rows: list[dict], root: Path | None = None) -> str:
+    """The table `srgan runs` prints: runs named by their path below `root`,
+    settings last (they are the long column), keys shortened to their last
+    part where that is unambiguous."""
+    def show(value, fmt):
+        return "-" if value is None else format(value, fmt)
+
+    keys = {key for r in rows for key in r["changes"]}
+    last = [key.split(".")[-1] for key in keys]
+    short = {key: key if last.count(key.split(".")[-1]) > 1 else key.split(".")[-1] for key in keys}
+    table = [("run", "preset", "steps", "state", "PSNR / bicubic", "SSIM / bicubic",
+              *GAN_VALUES, "wall", "settings that differ from the preset")]
+    for r in rows:
+        name = str(Path(r["run"]).relative_to(root)) if root and Path(r["run"]).is_relative_to(root) else r["name"]
+        changes = ", ".join(f"{short[k]}={short_value(v)}" for k, v in r["changes"].items()) or "-"
+        steps = f"{show(r['step'], 'd')}/{show(r['planned_steps'], 'd')}"
+        psnr = f"{show(r['best_psnr'], '.2f')} / {show(r['bicubic_psnr'], '.2f')}"
+        ssim = f"{show(r['best_ssim'], '.4f')} / {show(r['bicubic_ssim'], '.4f')}"
+        wall = "-" if r["wall_seconds"] is None else _duration(r["wall_seconds"])
+        table.append((name if name != "." else r["name"], r["preset"] or "-", steps, r["state"] or "-", psnr, ssim,
+                      *(show(r[n], ".4f") for n in GAN_VALUES), wall, changes))
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
+    lines.insert(1, "-" * len(lines[0]))
+    for r in rows:
+        if r["problem"]:
+            lines.append(f"{r['run']}: {r['problem']}")
+    return "\n".join(lines)
+
+
+def short_value(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

@@ -1,0 +1,133 @@
+"""`srgan train --sweep KEY=V1,V2 ...`: the variants of a config (a grid when
+several keys are swept), trained one after another, each in its own run
+folder named after its settings, inside one sweep folder whose sweep.yaml
+records the plan. Every variant's config is checked before the first one
+trains; `--resume SWEEP` skips the finished variants and continues the
+others."""
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from srgan.configs import Config, SrganError, load_config
+from srgan.configs.loader import DEFAULT_PRESET, parse_yaml
+from srgan.files import write_text
+from srgan.training.runs import summarize
+from srgan.training.signals import TrainingInterrupted
+
+log = logging.getLogger("srgan")
+
+SWEEP_FILE = "sweep.yaml"
+
+
+@dataclass
+class Variant:
+    name: str  # its run folder's name, e.g. perceptual=0.006,lr_g=0.001
+    settings: list[str]  # KEY=VALUE overrides
+
+
+def parse_sweep(items: list[str]) -> list[tuple[str, list[str]]]:
+    """KEY=V1,V2 items -> (key, values); commas inside brackets belong to a value."""
+    axes = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        values = [v.strip() for v in re.split(r",(?![^\[\]{}]*[\]}])", text)] if sep else []
+        if not key or len(values) < 1 or any(v == "" for v in values):
+            raise SrganError(f"--sweep {item!r}: expected KEY=V1,V2[,...], e.g. --sweep train.lr_g=1e-4,1e-3")
+        if key in (k for k, _ in axes):
+            raise SrganError(f"--sweep {key}: given twice; list all its values in one --sweep")
+        axes.append((key, values))
+    return axes
+
+
+def variants_of(axes: list[tuple[str, list[str]]]) -> list[Variant]:
+    """The grid, in order: the last key varies fastest."""
+    last = [key.split(".")[-1] for key, _ in axes]  # the last part of the key, unless two swept keys share it
+    short = {key: key if last.count(part) > 1 else part for (key, _), part in zip(axes, last)}
+    variants = []
+    for values in itertools.product(*(values for _, values in axes)):
+        pairs = list(zip((key for key, _ in axes), values))
+        name = ",".join(f"{short[key]}={_file_safe(value)}" for key, value in pairs)
+        variants.append(Variant(name, [f"{key}={value}" for key, value in pairs]))
+    if len({v.name for v in variants}) != len(variants):
+        raise SrganError("--sweep: two variants would share a folder name; give distinct values")
+    return variants
+
+
+def _file_safe(value: str) -> str:
+    return re.sub(r"[^\w.+\-=\[\],]", "_", value.replace(" ", ""))[:60]
+
+
+def run_sweep(source: str | None, overrides: list[str], sweep: list[str], resume: Path | None = None) -> list[Path]:
+    """Train every variant not finished yet; returns the variants' run folders.
+    A variant that fails (a diverging loss, say) is reported and the sweep
+    goes on; a signal stops the sweep after saving the variant under way."""
+    from srgan.training.loop import train
+
+    if resume is not None:
+        folder, source, base_overrides, axes = read_sweep(resume)
+        overrides = [*base_overrides, *overrides]  # --set on a resume applies to every variant
+        skip_finished = len(overrides) == len(base_overrides)
+    else:
+        axes = parse_sweep(sweep)
+        base = load_config(source, overrides)
+        folder = Path(base.train.run_dir) if base.train.run_dir else default_sweep_dir(base)
+        if (folder / SWEEP_FILE).exists():
+            raise SrganError(f"{folder}: already holds a sweep; continue it with --resume {folder}")
+        base_overrides, skip_finished = list(overrides), True
+    variants = variants_of(axes)
+    configs: list[tuple[Variant, Config]] = [
+        (v, load_config(source, [*overrides, *v.settings, f"train.run_dir={folder / v.name}"])) for v in variants
+    ]  # all checked before the first one trains
+    if resume is None:
+        plan = {"config": source or DEFAULT_PRESET, "overrides": base_overrides,
+                "sweep": [{"key": key, "values": values} for key, values in axes],
+                "variants": [v.name for v in variants]}
+        write_text(folder / SWEEP_FILE, yaml.safe_dump(plan, sort_keys=False))
+    log.info("sweep %s: %d variants of %s", folder, len(variants), source or DEFAULT_PRESET)
+    failed = []
+    for number, (variant, config) in enumerate(configs, start=1):
+        run_dir = folder / variant.name
+        state = summarize(run_dir)["state"] if run_dir.is_dir() else None
+        if skip_finished and state == "finished":
+            log.info("sweep: %d/%d %s is finished; skipping it", number, len(configs), variant.name)
+            continue
+        log.info("sweep: %d/%d %s", number, len(configs), variant.name)
+        started = (run_dir / "checkpoints" / "last.pt").is_file()
+        try:
+            train(config, resume=run_dir if started else None)
+        except TrainingInterrupted as stop:
+            raise TrainingInterrupted(stop.signum, f"{stop}; the sweep stops here: continue it with "
+                                                   f"srgan train --resume {folder}") from None
+        except SrganError as error:
+            log.warning("sweep: %s failed: %s; going on with the next variant", variant.name, error)
+            failed.append(variant.name)
+    if failed:
+        log.warning("sweep: %d of %d variants failed: %s", len(failed), len(configs), ", ".join(failed))
+    return [folder / v.name for v in variants]
+
+
+def read_sweep(folder: Path) -> tuple[Path, str, list[str], list[tuple[str, list[str]]]]:
+    """The plan a sweep folder's sweep.yaml records."""
+    path = Path(folder) / SWEEP_FILE
+    plan = parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    try:
+        axes = [(str(a["key"]), [str(v) for v in a["values"]]) for a in plan["sweep"]]
+        return Path(folder), str(plan["config"]), [str(o) for o in plan["overrides"]], axes
+    except (TypeError, KeyError):
+        raise SrganError(f"{path}: not a sweep plan (config, overrides, sweep)") from None
+
+
+def is_sweep(folder: Path) -> bool:
+    return (Path(folder) / SWEEP_FILE).is_file()
+
+
+def default_sweep_dir(config: Config) -> Path:
+    return Path("runs") / f"{config.name}-sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
