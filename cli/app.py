@@ -10,7 +10,7 @@ import warnings
 import typer
 from PIL import Image
 
-from srgan.cli import bench, evaluate, plot, runs, train, upscale
+from srgan.cli import bench, evaluate, plot, prepare, runs, train, upscale
 from srgan.configs import SrganError
 
 app = typer.Typer(
@@ -25,6 +25,7 @@ app.command("compare")(evaluate.compare)
 app.command("evaluate")(evaluate.evaluate)
 app.command("plot")(plot.plot)
 app.command("runs")(runs.runs)
+app.command("prepare")(prepare.prepare)
 app.command("samples")(train.samples)
 
 config_app = typer.Typer(no_args_is_help=True, help="The config presets and how a config resolves.")

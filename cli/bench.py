@@ -138,6 +138,52 @@ def upscale(
         )
 
 
+@bench_app.command("data")
+def data(
+    config: Optional[str] = typer.Option("srresnet_x4", "--config", "-c", help=CONFIG_HELP),
+    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    batches: int = typer.Option(50, "--batches", help="Timed batches (after 2 untimed)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
+) -> None:
+    """Crops per second (and per worker) of the configured data.train, and the memory of every process."""
+    from srgan.configs import SrganError, load_config
+
+    if batches < 1:
+        raise SrganError(f"--batches: expected at least 1, got {batches}")
+    resolved = load_config(config, overrides)
+    from srgan.bench.data import bench_data
+
+    result = bench_data(resolved, batches)
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(
+        f"data ({result['source']}, {result['images']} images, {result['workers']} workers, batch {result['batch']}, "
+        f"crop {result['crop']}): {result['crops_per_s']:.0f} crops/s ({result['crops_per_s_per_worker']:.0f} a "
+        f"worker), {result['median_ms_per_batch']:.1f} ms a batch; setup {result['setup_s']:.1f} s; peak RSS of all "
+        f"processes {result['peak_rss_mb']:.0f} MB (PSS {result['peak_pss_mb']:.0f}); memory written by the main "
+        f"process {result['main_private_mb']:.0f} MB, a worker {result['worker_private_mb']:.0f} MB"
+    )
+
+
+@bench_app.command("photos")
+def photos(
+    folder: Path = typer.Argument(..., help="Where to write them."),
+    count: int = typer.Option(24, "--count", help="How many."),
+    size: str = typer.Option("2040x1400", "--size", help="WxH (DIV2K's photos are about 2040x1400)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite photos already there."),
+) -> None:
+    """DIV2K-like photos made from scikit-image's, to benchmark data loading when no real set is at hand."""
+    from srgan.configs import SrganError
+    from srgan.bench.data import check_photo_size, make_photos
+
+    if not 1 <= count <= 10000:
+        raise SrganError(f"--count: expected 1 to 10000, got {count}")
+    width, height = check_photo_size(size)
+    written = make_photos(folder, count, width, height, force)
+    typer.echo(f"{folder}: {len(written)} photos of {width}x{height}")
+
+
 def torch_seed(seed: int) -> None:
     import torch
 

@@ -1,4 +1,4 @@
-"""Image folders -> (lr, hr) tensors in [0, 1]: random crops, flips and
+"""Image folders or prepared datasets -> (lr, hr) tensors in [0, 1]: random crops, flips and
 90-degree turns for training, centre crops for validation; the LR made by
 bicubic downscaling (PIL's, the literature's convention) on the fly.
 
@@ -7,6 +7,7 @@ drawn from (seed, epoch, index) alone, so a batch is the same whatever the
 number of workers and a resumed run sees the very crops it would have seen."""
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -18,11 +19,20 @@ from PIL import Image
 from torch.utils.data import Dataset, Sampler
 
 from srgan.configs.errors import SrganError, first_line
-from srgan.data.images import find_images, image_size, load_rgb8
+from srgan.data.images import find_images, image_size, load_rgb8, try_load_rgb8
+from srgan.data.prepared import PreparedImages, is_prepared
 from srgan.data.samples import BUILTIN_SAMPLES, TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
 
 log = logging.getLogger("srgan")
 
+
+
+def open_images(spec: str, key: str, min_side: int, cache_mb: int = 0) -> "FolderImages | PreparedImages":
+    """The images of a `data.train`/`data.val` value: a prepared dataset
+    (`srgan prepare`), a folder of image files, or builtin:samples."""
+    if spec != BUILTIN_SAMPLES and is_prepared(Path(spec).expanduser()):
+        return PreparedImages(Path(spec).expanduser(), min_side, key)
+    return FolderImages(resolve_images(spec, key, min_side), cache_mb, key, spec)
 
 
 def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
@@ -34,7 +44,8 @@ def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
     else:
         folder = Path(spec).expanduser()
         if not folder.is_dir():
-            raise SrganError(f"{key}: {spec}: no such folder (expected a folder of images or {BUILTIN_SAMPLES})")
+            raise SrganError(f"{key}: {spec}: no such folder (expected a folder of images, a dataset made by "
+                             f"`srgan prepare`, or {BUILTIN_SAMPLES})")
         candidates = find_images(folder)
     usable = []
     for path in candidates:
@@ -52,12 +63,67 @@ def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
     return usable
 
 
-def _try_load(path: Path) -> np.ndarray | None:
-    try:
-        return load_rgb8(path)
-    except Exception as error:  # PIL raises many types for a broken file
-        log.warning("skipping %s: cannot be decoded (%s)", path, first_line(error))
-        return None
+class FolderImages:
+    """Image files as HxWx3 uint8 arrays. The first images that fit in
+    `cache_mb` are decoded once, up front (a 2K PNG takes ~0.1 s to decode,
+    its crop ~0 s; DataLoader workers share the arrays); the rest are decoded
+    each time they are asked for. Decoding up front also finds the files that
+    are broken past their header: they are dropped with a warning."""
+
+    def __init__(self, paths: list[Path], cache_mb: int = 0, key: str = "data.train", spec: str = ""):
+        sizes = [image_size(path) for path in paths]  # (width, height), from the headers
+        budget, cached = cache_mb * 2**20, 0
+        while cached < len(paths) and budget >= sizes[cached][0] * sizes[cached][1] * 3:
+            budget -= sizes[cached][0] * sizes[cached][1] * 3
+            cached += 1
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # PIL decodes without the GIL
+            decoded = list(pool.map(try_load_rgb8, paths[:cached]))
+        keep = [image is not None for image in decoded] + [True] * (len(paths) - cached)
+        self.paths = [path for path, kept in zip(paths, keep) if kept]
+        self._sizes = [(h, w) for (w, h), kept in zip(sizes, keep) if kept]
+        self._cache = dict(enumerate(image for image in decoded if image is not None))  # position -> pixels
+        if not self.paths:
+            raise SrganError(f"{key}: none of the {len(paths)} images can be decoded")
+        if cached < len(paths) and cache_mb > 0:
+            total = sum(w * h * 3 for w, h in sizes)
+            log.warning(
+                "%s: %.1f GB of decoded images; %d of %d images (%.1f GB) are kept in memory (data.cache_mb %d), "
+                "the rest are decoded for every crop. `srgan prepare %s -o PREPARED` once, then data.train: "
+                "PREPARED, makes every crop a slice", key, total / 1e9, len(self._cache), len(paths),
+                (cache_mb * 2**20 - budget) / 1e9, cache_mb, spec or "FOLDER")
+        self.names = [path.name for path in self.paths]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def cached(self) -> int:
+        """How many of the images are held decoded in memory."""
+        return len(self._cache)
+
+    def size(self, i: int) -> tuple[int, int]:
+        return self._sizes[i]
+
+    def select(self, indices: list[int]) -> "FolderImages":
+        """The images at `indices` (in that order), as a set of their own."""
+        chosen = copy.copy(self)
+        chosen.paths = [self.paths[i] for i in indices]
+        chosen._sizes = [self._sizes[i] for i in indices]
+        chosen._cache = {new: self._cache[old] for new, old in enumerate(indices) if old in self._cache}
+        chosen.names = [self.names[i] for i in indices]
+        return chosen
+
+    def image(self, i: int) -> np.ndarray:
+        """Image i; raises SrganError if it is broken past its header (and
+        not cached): callers may take another (see TrainPairs)."""
+        if i in self._cache:
+            return self._cache[i]
+        try:
+            return load_rgb8(self.paths[i])
+        except SrganError:
+            raise
+        except Exception as error:  # PIL raises many types for a broken file
+            raise SrganError(f"{self.paths[i]}: cannot be decoded ({first_line(error)})") from None
 
 
 def bicubic_downscale(hr: np.ndarray, scale: int) -> np.ndarray:
@@ -73,49 +139,33 @@ def to_tensor(image: np.ndarray) -> torch.Tensor:
 
 
 class TrainPairs(Dataset):
-    """Random (lr, hr) crops, `repeat` per image per epoch, keyed by (epoch, index)."""
+    """Random (lr, hr) crops, `repeat` per image per epoch, keyed by (epoch, index),
+    from a FolderImages or a PreparedImages: the same crops from either."""
 
-    def __init__(self, paths: list[Path], crop_size: int, scale: int, repeat: int, seed: int, cache_mb: int = 0):
-        self.paths, self.crop_size, self.scale = paths, crop_size, scale
+    def __init__(self, images: "FolderImages | PreparedImages", crop_size: int, scale: int, repeat: int, seed: int):
+        self.images, self.crop_size, self.scale = images, crop_size, scale
         self.repeat, self.seed = repeat, seed
-        total = 0
-        for path in paths:
-            width, height = image_size(path)
-            total += width * height * 3
-        self._cache: list[np.ndarray] | None = None
-        self._broken: set[Path] = set()  # found broken when decoded (without the cache), per process
-        if total <= cache_mb * 1024**2:
-            # Decoded once instead of once per crop (a 2K PNG takes ~0.1 s, its
-            # crop ~0 s); DataLoader workers share the arrays. This also finds
-            # every file that is broken past its header.
-            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # PIL decodes without the GIL
-                decoded = list(pool.map(_try_load, paths))
-            self._cache = [image for image in decoded if image is not None]
-            self.paths = [path for path, image in zip(paths, decoded) if image is not None]
-            if not self.paths:
-                raise SrganError(f"data.train: none of the {len(paths)} images can be decoded")
+        self._broken: set[int] = set()  # images found broken when decoded, in this process
 
     def __len__(self) -> int:
-        return len(self.paths) * self.repeat
+        return len(self.images) * self.repeat
 
     def _image(self, i: int) -> np.ndarray:
-        if self._cache is not None:
-            return self._cache[i]
-        for j in range(i, i + len(self.paths)):  # a file broken past its header: take the next good one
-            path = self.paths[j % len(self.paths)]
-            if path in self._broken:
+        count = len(self.images)
+        for j in range(i, i + count):  # a file broken past its header: take the next good one
+            if j % count in self._broken:
                 continue
             try:
-                return load_rgb8(path)
-            except Exception as error:
-                self._broken.add(path)
-                log.warning("skipping %s: cannot be decoded (%s)", path, first_line(error))
-        raise SrganError(f"data.train: none of the {len(self.paths)} images can be decoded")
+                return self.images.image(j % count)
+            except SrganError as error:
+                self._broken.add(j % count)
+                log.warning("skipping %s", error)
+        raise SrganError(f"data.train: none of the {count} images can be decoded")
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         epoch, index = key
         rng = np.random.default_rng((self.seed, epoch, index))
-        image = self._image(index % len(self.paths))
+        image = self._image(index % len(self.images))
         height, width = image.shape[:2]
         c = self.crop_size
         top = int(rng.integers(0, height - c + 1))
@@ -162,21 +212,15 @@ class ValImages(Dataset):
     """Whole validation images (centre-cropped to a multiple of the scale,
     and to `max_size` a side when set): (name, lr, hr)."""
 
-    def __init__(self, paths: list[Path], scale: int, max_size: int = 0):
-        self.paths, self.scale, self.max_size = paths, scale, max_size
+    def __init__(self, images: "FolderImages | PreparedImages", scale: int, max_size: int = 0):
+        self.images, self.scale, self.max_size = images, scale, max_size
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.images)
 
     def __getitem__(self, i: int) -> tuple[str, torch.Tensor, torch.Tensor]:
-        try:
-            image = load_rgb8(self.paths[i])
-        except SrganError:
-            raise
-        except Exception as error:  # PIL raises many types for a broken file
-            raise SrganError(f"{self.paths[i]}: cannot be decoded ({first_line(error)})") from None
-        hr = centre_crop(image, self.scale, self.max_size)
-        return self.paths[i].stem, to_tensor(bicubic_downscale(hr, self.scale)), to_tensor(hr)
+        hr = centre_crop(self.images.image(i), self.scale, self.max_size)
+        return Path(self.images.names[i]).stem, to_tensor(bicubic_downscale(hr, self.scale)), to_tensor(hr)
 
 
 def centre_crop(image: np.ndarray, scale: int, max_size: int = 0) -> np.ndarray:

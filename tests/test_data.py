@@ -6,7 +6,8 @@ import torch
 from PIL import Image
 
 from srgan.configs import SrganError
-from srgan.data import BUILTIN_SAMPLES, EpochSampler, TrainPairs, ValImages, load_rgb8, resolve_images
+from srgan.data import (BUILTIN_SAMPLES, EpochSampler, FolderImages, TrainPairs, ValImages, load_rgb8,
+                        open_images, resolve_images)
 
 from conftest import skimage_photo
 
@@ -37,8 +38,15 @@ def test_a_file_broken_past_its_header_is_skipped_when_decoded(tmp_path, caplog)
     (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
     paths = resolve_images(str(tmp_path), "data.train", 32)  # headers are fine
     with caplog.at_level(logging.WARNING, logger="srgan"):
-        dataset = TrainPairs(paths, 32, 4, 1, 0, cache_mb=64)
-    assert [p.name for p in dataset.paths] == ["good.png"]
+        images = FolderImages(paths, cache_mb=64)
+    assert images.names == ["good.png"]
+    assert sum("cut.png" in r.getMessage() for r in caplog.records) == 1
+    # without the cache it is found when a crop needs it: skipped, warned once, its neighbour used
+    dataset = TrainPairs(FolderImages(paths, cache_mb=0), 32, 4, 1, 0)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="srgan"):
+        crops = [dataset[(1, i)] for i in range(4)]
+    assert all(hr.shape == (3, 32, 32) for _, hr in crops)
     assert sum("cut.png" in r.getMessage() for r in caplog.records) == 1
 
 
@@ -59,8 +67,7 @@ def test_builtin_samples_are_the_skimage_photos():
 
 
 def test_crops_pair_an_lr_with_its_hr_deterministically(photo_dir):
-    paths = resolve_images(str(photo_dir), "data.train", 32)
-    dataset = TrainPairs(paths, 32, 4, 2, seed=7)
+    dataset = TrainPairs(open_images(str(photo_dir), "data.train", 32), 32, 4, 2, seed=7)
     lr, hr = dataset[(1, 3)]
     assert lr.shape == (3, 8, 8) and hr.shape == (3, 32, 32)
     assert lr.dtype == torch.float32 and 0 <= hr.min() and hr.max() <= 1
@@ -73,8 +80,7 @@ def test_crops_pair_an_lr_with_its_hr_deterministically(photo_dir):
 
 
 def test_batches_do_not_depend_on_the_number_of_workers(photo_dir):
-    paths = resolve_images(str(photo_dir), "data.train", 32)
-    dataset = TrainPairs(paths, 32, 4, 4, seed=3)
+    dataset = TrainPairs(open_images(str(photo_dir), "data.train", 32), 32, 4, 4, seed=3)
     results = []
     for workers in (0, 2):
         sampler = EpochSampler(len(dataset), 4, seed=3)
@@ -121,13 +127,20 @@ def test_exif_orientation_is_applied(tmp_path):
 
 
 def test_validation_images_are_cropped_to_the_scale(val_dir):
-    name, lr, hr = ValImages(resolve_images(str(val_dir), "data.val", 20), 4, max_size=90)[0]
+    name, lr, hr = ValImages(open_images(str(val_dir), "data.val", 20), 4, max_size=90)[0]
     assert name == "ihc" and hr.shape == (3, 88, 88) and lr.shape == (3, 22, 22)
 
 
-def test_the_decoded_cache_gives_the_same_crops(photo_dir):
+def test_the_decoded_cache_gives_the_same_crops(photo_dir, caplog):
     paths = resolve_images(str(photo_dir), "data.train", 32)
-    cached, uncached = TrainPairs(paths, 32, 4, 2, 5, cache_mb=64), TrainPairs(paths, 32, 4, 2, 5, cache_mb=0)
-    assert cached._cache is not None and uncached._cache is None
+    with caplog.at_level(logging.WARNING, logger="srgan"):
+        partial = FolderImages(paths, cache_mb=0.06)  # room for the first 128x128 photo only
+    assert len(partial._cache) == 1
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "1 of 3 images" in warned[0] and "srgan prepare" in warned[0]
+    datasets = [TrainPairs(FolderImages(paths, cache_mb=mb), 32, 4, 2, 5) for mb in (64, 0)]
+    datasets.append(TrainPairs(partial, 32, 4, 2, 5))
     for key in [(1, 0), (1, 4), (3, 5)]:
-        assert all(torch.equal(a, b) for a, b in zip(cached[key], uncached[key]))
+        first = datasets[0][key]
+        for other in datasets[1:]:
+            assert all(torch.equal(a, b) for a, b in zip(first, other[key]))

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from srgan.configs import Config, SrganError, first_line
 from srgan.configs.schema import TrainConfig
-from srgan.data import EpochSampler, TrainPairs, resolve_images
+from srgan.data import EpochSampler, TrainPairs, open_images
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.losses import GeneratorCriterion
@@ -87,16 +87,14 @@ class Trainer:
         seed_everything(t.seed)
 
         # Inputs first: a mistake in them must not touch a run folder.
-        train_paths = resolve_images(config.data.train, "data.train", config.data.crop_size)
+        train_images = open_images(config.data.train, "data.train", config.data.crop_size, config.data.cache_mb)
         self.val_images, self.bicubic = None, (float("nan"), float("nan"))
         if config.data.val:
             # the SSIM window (11 px) must fit once `scale` px are shaved from each border
-            val_paths = resolve_images(config.data.val, "data.val", 2 * config.model.scale + 11)
+            val_images = open_images(config.data.val, "data.val", 2 * config.model.scale + 11)
             self.val_images, self.bicubic = checked_validation_set(
-                val_paths, config.model.scale, config.data.val_max_size)
-        self.dataset = TrainPairs(
-            train_paths, config.data.crop_size, config.model.scale, config.data.repeat, t.seed, config.data.cache_mb
-        )
+                val_images, config.model.scale, config.data.val_max_size)
+        self.dataset = TrainPairs(train_images, config.data.crop_size, config.model.scale, config.data.repeat, t.seed)
         self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed)
         self.loader = DataLoader(
             self.dataset,
@@ -144,7 +142,7 @@ class Trainer:
         log.info(
             "generator %s parameters, discriminator %s parameters; %d training images, %d steps an epoch",
             f"{count_parameters(self.parts.generator):,}", f"{count_parameters(self.parts.discriminator):,}",
-            len(self.dataset.paths), self.sampler.steps_per_epoch,
+            len(self.dataset.images), self.sampler.steps_per_epoch,
         )
         if self.val_images is not None:
             log.info("validation: %d images; bicubic PSNR %.2f dB, SSIM %.4f (Y channel, %d px border shaved)",

@@ -3,14 +3,13 @@ one image at a time (memory stays flat whatever the size of the set)."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
-from srgan.configs import SrganError, first_line
-from srgan.data import ValImages
+from srgan.configs import SrganError
+from srgan.data import FolderImages, PreparedImages, ValImages
 from srgan.inference.metrics import psnr_y, quantize, ssim_y
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime
@@ -26,25 +25,27 @@ def bicubic_upscale(lr: torch.Tensor, scale: int) -> torch.Tensor:
     return torch.from_numpy(np.array(up)).permute(2, 0, 1)
 
 
-def checked_validation_set(paths: list[Path], scale: int, max_size: int) -> tuple[ValImages, tuple[float, float]]:
+def checked_validation_set(images: "FolderImages | PreparedImages", scale: int,
+                           max_size: int) -> tuple[ValImages, tuple[float, float]]:
     """The validation images that decode, and the mean PSNR/SSIM of bicubic
     upscaling on them: the figure to beat. Every image is decoded once here,
     before training, so that a file broken past its header is skipped with a
     warning now rather than failing the first validation hours later."""
+    every = ValImages(images, scale, max_size)
     usable, psnrs, ssims = [], [], []
-    for path in paths:
+    for i in range(len(every)):
         try:
-            _, lr, hr = ValImages([path], scale, max_size)[0]
-        except Exception as error:  # PIL raises many types for a broken file
-            log.warning("skipping %s: cannot be decoded (%s)", path, first_line(error))
+            _, lr, hr = every[i]
+        except SrganError as error:
+            log.warning("skipping %s", error)
             continue
         up, hr8 = bicubic_upscale(lr, scale), quantize(hr)
         psnrs.append(psnr_y(up, hr8, scale))
         ssims.append(ssim_y(up, hr8, scale))
-        usable.append(path)
+        usable.append(i)
     if not usable:
-        raise SrganError(f"data.val: none of the {len(paths)} images can be decoded")
-    return ValImages(usable, scale, max_size), (float(np.mean(psnrs)), float(np.mean(ssims)))
+        raise SrganError(f"data.val: none of the {len(images)} images can be decoded")
+    return ValImages(images.select(usable), scale, max_size), (float(np.mean(psnrs)), float(np.mean(ssims)))
 
 
 def validate(generator: torch.nn.Module, images: ValImages, runtime: Runtime) -> tuple[float, float]:

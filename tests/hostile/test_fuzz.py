@@ -19,7 +19,7 @@ from PIL import Image
 
 from conftest import skimage_photo
 from srgan.configs import Config, SrganError, config_to_dict, load_config
-from srgan.data.datasets import _try_load
+from srgan.data.images import try_load_rgb8
 from srgan.inference.imageio import read_picture
 from srgan.models.checkpoint import check_checkpoint
 from srgan.models import Discriminator, Generator
@@ -95,7 +95,7 @@ def test_image_bytes(kind, cut, flips):
         path = Path(folder) / f"fuzz.{kind}"
         path.write_bytes(data)
         only_srgan_errors(lambda: read_picture(path))  # the upscale path
-        image = _try_load(path)  # the training path: None (skipped with a warning) or pixels
+        image = try_load_rgb8(path)  # the training path: None (skipped with a warning) or pixels
         assert image is None or (image.ndim == 3 and image.dtype == np.uint8)
 
 

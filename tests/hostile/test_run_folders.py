@@ -29,7 +29,7 @@ def test_bad_inputs_are_refused_before_a_run_folder_exists(srgan, photo_dir, tmp
     truncated_png(broken_val / "a.png")
     run = tmp_path / "run"
     for extra, culprit in (
-        ([f"data.val={broken_val}"], "no usable image"),
+        ([f"data.val={broken_val}"], "data.val: none of the 1 images can be decoded"),
         (["loss.weights.perceptual=0.01", "loss.perceptual.layer=pool5", "data.crop_size=16"],
          "data.crop_size: expected at least 32 px: loss.perceptual.layer pool5 comes after 5"),
         (["data.val_max_size=12"], "data.val_max_size"),

@@ -1,0 +1,155 @@
+"""`srgan bench data`: how fast the configured training data comes out of the
+DataLoader (crops per second, per worker) and what memory every process of
+it holds; and `srgan bench photos`: DIV2K-like photos to measure it on when
+no real set is at hand."""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from srgan.bench.machine import machine
+from srgan.configs import Config, SrganError
+from srgan.data import EpochSampler, PreparedImages, TrainPairs, open_images
+from srgan.files import check_output, write_file
+from srgan.training.loop import shutdown_workers
+from srgan.training.signals import ignore_interrupts_in_worker
+
+PHOTOS = ("astronaut", "coffee", "chelsea", "hubble_deep_field", "immunohistochemistry")  # shipped, no download
+
+
+def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
+    """Time `batches` batches of the configured data.train (after `warmup`),
+    epochs following each other as in training; memory of the main process
+    and of each worker sampled after every batch."""
+    d = config.data
+    started = time.perf_counter()
+    images = open_images(d.train, "data.train", d.crop_size, d.cache_mb)
+    dataset = TrainPairs(images, d.crop_size, config.model.scale, d.repeat, config.train.seed)
+    sampler = EpochSampler(len(dataset), d.batch_size, config.train.seed)
+    loader = DataLoader(dataset, batch_size=d.batch_size, sampler=sampler, num_workers=d.workers,
+                        persistent_workers=d.workers > 0, worker_init_fn=ignore_interrupts_in_worker, drop_last=True)
+    setup_s = time.perf_counter() - started
+    times, peaks = [], {"rss": 0.0, "pss": 0.0, "main_private": 0.0, "worker_private": 0.0}
+    epoch = 0
+    try:
+        while len(times) < warmup + batches:
+            epoch += 1
+            sampler.set_epoch(epoch)
+            last = time.perf_counter()
+            for _ in loader:
+                now = time.perf_counter()
+                times.append(now - last)
+                _sample_memory(peaks)
+                last = time.perf_counter()
+                if len(times) == warmup + batches:
+                    break
+    finally:
+        shutdown_workers(loader)
+    timed = times[warmup:]
+    kind = "prepared" if isinstance(images, PreparedImages) else (
+        "folder-cached" if images.cached == len(images) else
+        "folder-uncached" if not images.cached else "folder-partly-cached")
+    crops_per_s = d.batch_size * len(timed) / sum(timed)
+    return {
+        "bench": "data",
+        "source": kind,
+        "images": len(images),
+        "workers": d.workers,
+        "batch": d.batch_size,
+        "crop": d.crop_size,
+        "scale": config.model.scale,
+        "batches": len(timed),
+        "setup_s": round(setup_s, 2),
+        "median_ms_per_batch": round(1000 * statistics.median(timed), 2),
+        "crops_per_s": round(crops_per_s, 1),
+        "crops_per_s_per_worker": round(crops_per_s / max(1, d.workers), 1),
+        "peak_rss_mb": round(peaks["rss"], 1),  # all processes; shared pages count in each
+        "peak_pss_mb": round(peaks["pss"], 1),  # all processes; shared pages split between them
+        # memory only this process wrote (Private_Dirty): what it adds; mapped file pages it merely read are not
+        "main_private_mb": round(peaks["main_private"], 1),
+        "worker_private_mb": round(peaks["worker_private"], 1),
+        **machine(),
+    }
+
+
+def _sample_memory(peaks: dict) -> None:
+    main = os.getpid()
+    pids = [main, *_children(main)]
+    totals = {"rss": 0.0, "pss": 0.0}
+    for pid in pids:
+        fields = _smaps_rollup(pid)
+        totals["rss"] += fields.get("Rss", 0) / 1024
+        totals["pss"] += fields.get("Pss", 0) / 1024
+        private = fields.get("Private_Dirty", 0) / 1024  # written by it: its allocations and copies, not mapped file pages
+        key = "main_private" if pid == main else "worker_private"
+        peaks[key] = max(peaks[key], private)
+    for key, value in totals.items():
+        peaks[key] = max(peaks[key], value)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _smaps_rollup(pid: int) -> dict[str, int]:
+    """kB figures of /proc/PID/smaps_rollup (Linux); empty elsewhere."""
+    try:
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+    except OSError:
+        return {}
+    fields = {}
+    for line in lines[1:]:
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            fields[name] = int(parts[0])
+    return fields
+
+
+def make_photos(folder: Path, count: int, width: int, height: int, force: bool = False) -> list[Path]:
+    """`count` distinct photos of width x height, like DIV2K's: scikit-image's
+    photos cut differently, flipped, resized with Lanczos and given a little
+    sensor-like noise (so that their PNGs cost what real photos cost to
+    decode; a smooth upscale compresses far better)."""
+    from srgan.data.samples import sample_paths  # noqa: F401  (scikit-image is needed)
+    import skimage.data
+
+    rng = np.random.default_rng(0)
+    targets = [Path(folder) / f"{n:04d}.png" for n in range(1, count + 1)]
+    for target in targets:
+        check_output(target, force)
+    for n, target in enumerate(targets):
+        photo = getattr(skimage.data, PHOTOS[n % len(PHOTOS)])()
+        photo = np.stack([photo] * 3, axis=2) if photo.ndim == 2 else photo[:, :, :3]
+        h, w = photo.shape[:2]
+        ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
+        top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+        part = photo[top:top + ch, left:left + cw]
+        if n % 2:
+            part = part[:, ::-1]
+        big = np.asarray(Image.fromarray(np.ascontiguousarray(part)).resize((width, height), Image.LANCZOS))
+        noisy = np.clip(big.astype(np.float32) + rng.normal(0, 3.0, big.shape), 0, 255).astype(np.uint8)
+        write_file(target, lambda f, pixels=noisy: Image.fromarray(pixels).save(f, format="PNG"), overwrite=force)
+    return targets
+
+
+def check_photo_size(size: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise SrganError(f"--size: expected WxH such as 2040x1400, got {size!r}") from None
+    if not (16 <= width <= 8192 and 16 <= height <= 8192):
+        raise SrganError(f"--size: expected sides of 16 to 8192 px, got {size}")
+    return width, height

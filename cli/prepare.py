@@ -1,0 +1,27 @@
+"""`srgan prepare`: decode a training set once into a dataset that crops are sliced from."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List
+
+import typer
+
+
+def prepare(
+    sources: List[Path] = typer.Argument(..., help="Folders of images (searched recursively) or image files."),
+    output: Path = typer.Option(..., "--output", "-o", help="The dataset folder to write (use it as data.train)."),
+    workers: int = typer.Option(os.cpu_count() or 1, "--workers", help="Images decoded at once."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing prepared dataset."),
+) -> None:
+    """Decode every image once (any mode, EXIF upright) into DATASET/pixels.u8 + index.json:
+    training then slices crops from it instead of decoding a photo per crop."""
+    from srgan.configs import SrganError
+    from srgan.data import prepare_dataset
+
+    if workers < 1:
+        raise SrganError(f"--workers: expected at least 1, got {workers}")
+    summary = prepare_dataset(sources, output, workers, force)
+    skipped = f", {summary['skipped']} skipped (see the warnings)" if summary["skipped"] else ""
+    size = f"{summary['bytes'] / 1e9:.2f} GB" if summary["bytes"] >= 1e9 else f"{summary['bytes'] / 1e6:.1f} MB"
+    typer.echo(f"{output}: {summary['images']} images, {size}{skipped}; train on it with --set data.train={output}")
