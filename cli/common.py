@@ -1,18 +1,20 @@
 """What several commands share: help texts and the --device/--precision options."""
 from __future__ import annotations
 
+import re
+
 from srgan.configs import SrganError
 
 CONFIG_HELP = "A preset name (see `srgan config list`) or a YAML file."
 SET_HELP = "Override one key, e.g. --set train.epochs=5 (repeatable; values are YAML scalars)."
-DEVICE_HELP = "auto (CUDA when available), cpu or cuda."
+DEVICE_HELP = "auto (CUDA when available), cpu, cuda or cuda:K."
 PRECISION_HELP = "auto (bf16 where the device runs it fast, else fp32), fp32, bf16 or fp16 (CUDA only)."
 
 
 def runtime_from_options(device: str, precision: str):
     """Check --device/--precision and resolve them (imports torch)."""
-    if device not in ("auto", "cpu", "cuda"):
-        raise SrganError(f"--device: expected auto, cpu or cuda, got {device!r}")
+    if re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", device) is None:
+        raise SrganError(f"--device: expected auto, cpu, cuda or cuda:K, got {device!r}")
     if precision not in ("auto", "fp32", "bf16", "fp16"):
         raise SrganError(f"--precision: expected auto, fp32, bf16 or fp16, got {precision!r}")
     from srgan.models import resolve_runtime

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from importlib import resources
@@ -303,6 +304,9 @@ def _check_values(c: Config, origin: str) -> None:
     t = c.train
     need(t.epochs >= 1, "train.epochs", "at least 1", t.epochs)
     need(0 <= t.seed <= MAX_SEED, "train.seed", f"0 to {MAX_SEED}", t.seed)
+    need(re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", t.device) is not None, "train.device", "auto, cpu, cuda or cuda:K",
+         t.device)
+    need(t.dist_timeout_s >= 10, "train.dist_timeout_s", "at least 10 seconds", t.dist_timeout_s)
     need(t.max_steps >= 0, "train.max_steps", "0 (no limit) or more", t.max_steps)
     need(t.pretrain_steps >= 0, "train.pretrain_steps", "0 or more", t.pretrain_steps)
     need(t.lr_g > 0, "train.lr_g", "a positive learning rate", t.lr_g)

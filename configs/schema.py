@@ -13,6 +13,9 @@ class ModelConfig:
     blocks: int = 16  # residual blocks in the generator
     channels: int = 64  # feature channels of the generator
     d_channels: int = 64  # the discriminator's first width (64 .. 8x64 in the paper)
+    # batch: BatchNorm in the generator's residual blocks, as the paper's SRResNet;
+    # none: without (EDSR, ESRGAN).
+    norm: Literal["batch", "none"] = "batch"
     # A checkpoint (or run folder) whose generator weights start this run,
     # e.g. a trained SRResNet before the GAN phase.
     init_from: str | None = None
@@ -94,7 +97,9 @@ class TrainConfig:
     lr_d: float = 1e-4
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # Adam's
     lr_schedule: LrSchedule = field(default_factory=LrSchedule)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    # auto (CUDA when available), cpu, cuda or cuda:K. Under torchrun each rank
+    # takes cuda:LOCAL_RANK (auto or cuda) or the CPU.
+    device: str = "auto"
     # auto: bf16 autocast where the device runs bf16 fast, else fp32.
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)
@@ -112,6 +117,12 @@ class TrainConfig:
     # net_g_ema), e.g. 0.999; 0 = off. Validation and upscaling use it.
     ema_decay: float = 0.0
     tensorboard: bool = False  # also write TensorBoard scalars and images (needs tensorboard)
+    # Under torchrun: BatchNorm statistics over the whole global batch (CUDA only);
+    # false: each rank normalises its own share of the batch.
+    sync_bn: bool = False
+    # Under torchrun: a collective that waits longer than this stops every rank
+    # (a rank that died must not hang the others).
+    dist_timeout_s: int = 600
     run_dir: str = ""  # empty: runs/<name>-<timestamp>
 
 

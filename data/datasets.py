@@ -182,30 +182,46 @@ class TrainPairs(Dataset):
 
 class EpochSampler(Sampler):
     """Yields (epoch, index) keys: a fresh permutation every epoch from
-    (seed, epoch), `steps * batch_size` of them (a set smaller than one batch
-    is cycled), starting `skip_batches` in for a resumed epoch."""
+    (seed, epoch), cut into global batches of batch_size x world keys (a set
+    smaller than one is cycled); rank r takes the r-th batch_size keys of
+    each. So N ranks together see exactly the crops one process sees with N
+    times the batch, and a resumed epoch (`skip_keys` already consumed) goes
+    on where it stopped, whatever the number of ranks then."""
 
-    def __init__(self, size: int, batch_size: int, seed: int):
-        self.size, self.batch_size, self.seed = size, batch_size, seed
-        self.epoch, self.skip_batches = 0, 0
+    def __init__(self, size: int, batch_size: int, seed: int, rank: int = 0, world: int = 1):
+        self.size, self.batch_size, self.seed, self.rank, self.world = size, batch_size, seed, rank, world
+        self.epoch, self.skip_keys = 0, 0
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world
 
     @property
     def steps_per_epoch(self) -> int:
-        return max(1, self.size // self.batch_size)
+        return max(1, self.size // self.global_batch)
 
-    def set_epoch(self, epoch: int, skip_batches: int = 0) -> None:
-        self.epoch, self.skip_batches = epoch, skip_batches
+    @property
+    def keys_per_epoch(self) -> int:
+        return self.steps_per_epoch * self.global_batch
+
+    def steps_left(self) -> int:
+        return max(0, (self.keys_per_epoch - self.skip_keys) // self.global_batch)
+
+    def set_epoch(self, epoch: int, skip_keys: int = 0) -> None:
+        self.epoch, self.skip_keys = epoch, skip_keys
 
     def __len__(self) -> int:
-        return (self.steps_per_epoch - self.skip_batches) * self.batch_size
+        return self.steps_left() * self.batch_size
 
     def __iter__(self):
         rng = np.random.default_rng((self.seed, self.epoch))
-        needed = self.steps_per_epoch * self.batch_size
+        needed = self.keys_per_epoch
         rounds = -(-needed // self.size)  # ceil: a set smaller than a batch is cycled
-        order = np.concatenate([rng.permutation(self.size) for _ in range(rounds)])
-        for index in order[self.skip_batches * self.batch_size : needed].tolist():
-            yield (self.epoch, index)
+        order = np.concatenate([rng.permutation(self.size) for _ in range(rounds)])[:needed].tolist()
+        for step in range(self.steps_left()):
+            start = self.skip_keys + step * self.global_batch + self.rank * self.batch_size
+            for index in order[start:start + self.batch_size]:
+                yield (self.epoch, index)
 
 
 class ValImages(Dataset):

@@ -14,8 +14,9 @@ from srgan.models import Generator
 def fuse_for_inference(generator: Generator) -> Generator:
     """An eval-mode copy computing what `generator` computes in eval mode."""
     g = copy.deepcopy(generator).eval()
-    for block in g.body:
-        block.conv1, block.bn1 = fuse_conv_bn_eval(block.conv1, block.bn1), nn.Identity()
-        block.conv2, block.bn2 = fuse_conv_bn_eval(block.conv2, block.bn2), nn.Identity()
-    g.body_end = nn.Sequential(fuse_conv_bn_eval(g.body_end[0], g.body_end[1]))
+    if g.norm == "batch":
+        for block in g.body:
+            block.conv1, block.bn1 = fuse_conv_bn_eval(block.conv1, block.bn1), nn.Identity()
+            block.conv2, block.bn2 = fuse_conv_bn_eval(block.conv2, block.bn2), nn.Identity()
+        g.body_end = nn.Sequential(fuse_conv_bn_eval(g.body_end[0], g.body_end[1]))
     return g.requires_grad_(False)

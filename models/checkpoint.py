@@ -109,7 +109,7 @@ def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> No
         check_state_dict(state["discriminator"], discriminator, f"{origin}: discriminator")
         check_adam_state(state["optimizer_g"], generator, f"{origin}: optimizer_g")
         check_adam_state(state["optimizer_d"], discriminator, f"{origin}: optimizer_d")
-        for key, least in (("step", 0), ("epoch", 1), ("epoch_step", 0), ("best_step", 0),
+        for key, least in (("step", 0), ("epoch", 1), ("epoch_keys", 0), ("best_step", 0),
                            ("validated_step", -1), ("closed_step", -1)):
             value = state.get(key, least)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:

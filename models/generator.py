@@ -13,16 +13,23 @@ if TYPE_CHECKING:
     from srgan.configs.schema import ModelConfig
 
 
-class ResidualBlock(nn.Module):
-    """conv-BN-PReLU-conv-BN with an identity skip."""
+def norm_layer(kind: str, channels: int) -> nn.Module:
+    """BatchNorm (the paper's SRResNet) or none (EDSR, ESRGAN: BN's running
+    statistics shift colours in eval mode and its batch statistics cost
+    detail)."""
+    return nn.BatchNorm2d(channels) if kind == "batch" else nn.Identity()
 
-    def __init__(self, channels: int):
+
+class ResidualBlock(nn.Module):
+    """conv-BN-PReLU-conv-BN with an identity skip (BN optional)."""
+
+    def __init__(self, channels: int, norm: str = "batch"):
         super().__init__()
         self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(channels)
+        self.bn1 = norm_layer(norm, channels)
         self.prelu = nn.PReLU()
         self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
-        self.bn2 = nn.BatchNorm2d(channels)
+        self.bn2 = norm_layer(norm, channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.bn2(self.conv2(self.prelu(self.bn1(self.conv1(x)))))
@@ -44,21 +51,21 @@ class UpsampleBlock(nn.Module):
 class Generator(nn.Module):
     """LR image in [0, 1] -> SR image in [0, 1], `scale` times larger."""
 
-    def __init__(self, scale: int = 4, blocks: int = 16, channels: int = 64):
+    def __init__(self, scale: int = 4, blocks: int = 16, channels: int = 64, norm: str = "batch"):
         super().__init__()
         if scale not in (2, 4, 8):
             raise ValueError(f"scale must be 2, 4 or 8, not {scale}")
-        self.scale, self.blocks, self.channels = scale, blocks, channels
+        self.scale, self.blocks, self.channels, self.norm = scale, blocks, channels, norm
         self.head = nn.Sequential(nn.Conv2d(3, channels, 9, padding=4), nn.PReLU())
-        self.body = nn.Sequential(*(ResidualBlock(channels) for _ in range(blocks)))
-        self.body_end = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels))
+        self.body = nn.Sequential(*(ResidualBlock(channels, norm) for _ in range(blocks)))
+        self.body_end = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), norm_layer(norm, channels))
         self.upsample = nn.Sequential(*(UpsampleBlock(channels) for _ in range(int(math.log2(scale)))))
         self.tail = nn.Conv2d(channels, 3, 9, padding=4)
 
     @classmethod
     def from_config(cls, model: "ModelConfig") -> "Generator":
         """The generator a config's `model` section describes."""
-        return cls(model.scale, model.blocks, model.channels)
+        return cls(model.scale, model.blocks, model.channels, model.norm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.head(x)

@@ -53,9 +53,14 @@ def resolve_runtime(device: str = "auto", precision: str = "auto", channels_last
     """`device` auto: CUDA when available. `precision` auto: bf16 where the
     device runs it fast (CUDA with bf16 support, a CPU with AMX or
     AVX512-BF16), else fp32. fp16 is CUDA only (CPU fp16 is slow and lossy)."""
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SrganError("device cuda: no CUDA device is available (use auto or cpu)")
-    chosen = torch.device("cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SrganError(f"device {device}: no CUDA device is available (use auto or cpu)")
+    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+        raise SrganError(f"device {device}: this machine has {torch.cuda.device_count()} CUDA devices (0 to "
+                         f"{torch.cuda.device_count() - 1})")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    chosen = torch.device(device)
     if precision == "fp16" and chosen.type != "cuda":
         raise SrganError("precision fp16: needs a CUDA device (use auto, fp32 or bf16 on the CPU)")
     if precision == "bf16" and chosen.type == "cuda" and not torch.cuda.is_bf16_supported():

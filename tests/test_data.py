@@ -96,10 +96,33 @@ def test_sampler_resumes_mid_epoch_and_cycles_small_sets():
     sampler.set_epoch(5)
     whole = list(sampler)
     assert len(whole) == 9 and len({i for _, i in whole}) == 9
-    sampler.set_epoch(5, skip_batches=2)
+    sampler.set_epoch(5, skip_keys=6)  # 2 batches of 3 done
     assert list(sampler) == whole[6:]
     tiny = EpochSampler(2, 4, seed=0)
     assert tiny.steps_per_epoch == 1 and len(list(tiny)) == 4
+
+
+def test_ranks_share_each_global_batch_and_resume_on_another_count():
+    """2 ranks of batch 3 see, step by step, the keys of 1 process of batch 6;
+    an epoch stopped after 2 such steps goes on with 3 ranks from key 12."""
+    one = EpochSampler(40, 6, seed=1)
+    one.set_epoch(2)
+    whole = list(one)
+    ranks = [EpochSampler(40, 3, seed=1, rank=r, world=2) for r in range(2)]
+    for r in ranks:
+        r.set_epoch(2)
+    shares = [list(r) for r in ranks]
+    assert len(shares[0]) == len(shares[1]) == 6 * 3
+    for step in range(6):
+        assert shares[0][3 * step:3 * step + 3] + shares[1][3 * step:3 * step + 3] == whole[6 * step:6 * step + 6]
+    three = [EpochSampler(40, 2, seed=1, rank=r, world=3) for r in range(3)]
+    for r in three:
+        r.set_epoch(2, skip_keys=12)
+    resumed = [list(r) for r in three]
+    assert three[0].steps_left() == 4  # (36 keys an epoch at 6 a step) - 12 done = 24 keys: 4 steps of 6
+    interleaved = [key for step in range(4) for r in resumed for key in r[2 * step:2 * step + 2]]
+    order = [key for key in whole]  # the same permutation, cut at 36 keys either way
+    assert interleaved == order[12:36]
 
 
 @pytest.mark.parametrize("mode", ["L", "P", "RGBA", "CMYK", "I;16", "LA"])

@@ -34,11 +34,17 @@ class NonFiniteLoss(SrganError):
 
 
 class MetricLog:
-    def __init__(self, run_dir: Path, tensorboard: "TensorBoard | None" = None):
+    """The run's logged values. Under several ranks every rank adds its own
+    step values, `reduce` averages them over the ranks when a row is due (one
+    collective per row), and only the rank that `write`s touches the files."""
+
+    def __init__(self, run_dir: Path, tensorboard: "TensorBoard | None" = None, write: bool = True,
+                 reduce=lambda values: values, extra: dict | None = None):
         self.jsonl_path = run_dir / "metrics.jsonl"
         self.csv_path = run_dir / "epochs.csv"
         self.validation_path = run_dir / "validation.csv"
         self.tensorboard = tensorboard
+        self.write, self.reduce, self.extra = write, reduce, dict(extra or {})
         self._pending: list[tuple[int, dict[str, torch.Tensor]]] = []
         self._epoch_sums: dict[str, float] = {}
         self._epoch_counts: dict[str, int] = {}
@@ -54,7 +60,7 @@ class MetricLog:
             return None
         keys = [(step, name) for step, stats in self._pending for name in stats]
         flat = torch.stack([stats[name].float() for _, stats in self._pending for name in stats])
-        values = flat.cpu().tolist()  # the one sync
+        values = self.reduce(flat).cpu().tolist()  # the one sync (and, with ranks, the one collective)
         pending, last_step = self._pending, self._pending[-1][0]
         self._pending = []
         check_finite_steps(pending, keys, values)
@@ -66,8 +72,9 @@ class MetricLog:
         for name in sums:
             self._epoch_sums[name] = self._epoch_sums.get(name, 0.0) + sums[name]
             self._epoch_counts[name] = self._epoch_counts.get(name, 0) + counts[name]
-        row = {"epoch": epoch, "step": last_step, **{n: sums[n] / counts[n] for n in sums}, **extra}
-        append_line(self.jsonl_path, json.dumps(row))
+        row = {"epoch": epoch, "step": last_step, **{n: sums[n] / counts[n] for n in sums}, **extra, **self.extra}
+        if self.write:
+            append_line(self.jsonl_path, json.dumps(row))
         if self.tensorboard:
             self.tensorboard.scalars("train", row, last_step)
         return row
@@ -80,11 +87,13 @@ class MetricLog:
         if finished:
             self._epoch_sums, self._epoch_counts = {}, {}
         row = {"epoch": epoch, "step": step, **means, **extra}
-        _append_csv(self.csv_path, EPOCH_COLUMNS, row)
+        if self.write:
+            _append_csv(self.csv_path, EPOCH_COLUMNS, row)
         return row
 
     def validation(self, row: dict[str, float]) -> None:
-        _append_csv(self.validation_path, VALIDATION_COLUMNS, row)
+        if self.write:
+            _append_csv(self.validation_path, VALIDATION_COLUMNS, row)
         if self.tensorboard:
             self.tensorboard.scalars("val", {k: row[k] for k in ("psnr", "ssim")}, row["step"])
 
@@ -101,6 +110,8 @@ class MetricLog:
         itself unless the checkpoint records it as done."""
         self._epoch_sums = dict(state.get("sums", {}))
         self._epoch_counts = dict(state.get("counts", {}))
+        if not self.write:
+            return
         # All three read (and their damage found) before any is rewritten.
         rows = read_jsonl(self.jsonl_path) if self.jsonl_path.exists() else None
         epochs = read_csv(self.csv_path, EPOCH_COLUMNS) if self.csv_path.exists() else None

@@ -39,6 +39,7 @@ from srgan.models import (
 )
 from srgan.models.checkpoint import checkpoint_config
 from srgan.models.runtime import is_out_of_memory, set_deterministic
+from srgan.training.distributed import World, unwrap
 from srgan.training.ema import GeneratorEMA
 from srgan.training.logs import MetricLog, NonFiniteLoss, QuietFileHandler, open_tensorboard
 from srgan.training.pictures import SampleSheet, draw_curves
@@ -55,8 +56,9 @@ def train(config: Config, resume: Path | None = None) -> Path:
     """Train as `config` says, in a new run folder or continuing `resume`'s;
     returns the run folder. Raises TrainingInterrupted after saving when
     SIGINT/SIGTERM arrives."""
+    world = World.from_environment(config.train.device, config.train.dist_timeout_s)
     try:
-        trainer = Trainer(config, resume)
+        trainer = Trainer(config, resume, world)
         try:
             with StopSignals() as stop:
                 trainer.fit(stop)
@@ -67,22 +69,29 @@ def train(config: Config, resume: Path | None = None) -> Path:
         raise DiskFull(f"{error}; the last good checkpoint is kept. Free some space, then: "
                        f"srgan train --resume {folder}") from None
     except (MemoryError, RuntimeError) as error:
-        if not is_out_of_memory(error):
-            raise
-        raise SrganError(
-            f"out of memory ({first_line(error, 120)}) with data.batch_size {config.data.batch_size} and "
-            f"data.crop_size {config.data.crop_size}: lower them (or model.blocks/channels); the last checkpoint "
-            "is kept") from None
+        if is_out_of_memory(error):
+            raise SrganError(
+                f"out of memory ({first_line(error, 120)}) with data.batch_size {config.data.batch_size} and "
+                f"data.crop_size {config.data.crop_size}: lower them (or model.blocks/channels); the last "
+                "checkpoint is kept") from None
+        if isinstance(error, RuntimeError) and world.distributed:
+            # A collective failed: another rank stopped (its own message says why) or died.
+            raise SrganError(f"rank {world.rank}: the job's process group broke ({first_line(error, 160)}); "
+                             "the last checkpoint is kept") from None
+        raise
+    finally:
+        world.close()
     return trainer.folder.path
 
 
 class Trainer:
-    def __init__(self, config: Config, resume: Path | None = None):
+    def __init__(self, config: Config, resume: Path | None = None, world: World | None = None):
         self.config = config
+        self.world = world = world or World()
         t = config.train
         if resume is not None and not (Path(resume) / "config.yaml").is_file():
             raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
-        self.runtime = resolve_runtime(t.device, t.precision, t.channels_last)
+        self.runtime = resolve_runtime(world.device(t.device), t.precision, t.channels_last)
         set_deterministic(t.deterministic)
         seed_everything(t.seed)
 
@@ -95,7 +104,7 @@ class Trainer:
             self.val_images, self.bicubic = checked_validation_set(
                 val_images, config.model.scale, config.data.val_max_size)
         self.dataset = TrainPairs(train_images, config.data.crop_size, config.model.scale, config.data.repeat, t.seed)
-        self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed)
+        self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed, world.rank, world.size)
         self.loader = DataLoader(
             self.dataset,
             batch_size=config.data.batch_size,
@@ -110,29 +119,39 @@ class Trainer:
         self.ema = GeneratorEMA(self.parts.generator, t.ema_decay) if t.ema_decay > 0 else None
         self.gan = config.loss.weights.adversarial > 0  # else SRResNet training: D is never updated
 
-        # The run folder, locked from here on; a new one, or the resumed one
-        # with its files cut back to the checkpoint.
-        self.folder = RunFolder(Path(resume) if resume is not None else (Path(t.run_dir) if t.run_dir
-                                                                          else default_run_dir(config)))
-        started = self.folder.open(resuming=resume is not None)
+        # The run folder, locked from here on by rank 0, which alone writes
+        # it: a new one, or the resumed one with its files cut back to the
+        # checkpoint. Every rank reads the checkpoint.
+        self.folder = RunFolder(Path(resume) if resume is not None else Path(
+            world.broadcast(t.run_dir or str(default_run_dir(config)))))  # one timestamp for all ranks
+        self.tensorboard = None
+        started = world.run_on_main(lambda: self.folder.open(resuming=resume is not None))
         try:
             self.progress = self.restore_or_start(started)
-            self.metrics = MetricLog(self.folder.path)
+            self.metrics = MetricLog(self.folder.path, write=world.is_main, reduce=world.mean,
+                                     extra={"world_size": world.size})
             if started:
                 self.resume_logs()
-            # Everything it resumes from checked: now the folder may change.
-            self.folder.write_config(config)
-            attach_log_file(self.folder.path / "train.log")
-            self.tensorboard = open_tensorboard(self.folder.path) if t.tensorboard else None
-            self.metrics.tensorboard = self.tensorboard
+            if world.is_main:  # everything it resumes from checked: now the folder may change
+                self.folder.write_config(config)
+                attach_log_file(self.folder.path / "train.log")
+                self.tensorboard = open_tensorboard(self.folder.path) if t.tensorboard else None
+                self.metrics.tensorboard = self.tensorboard
         except BaseException:
             self.folder.close()
             raise
+        # The networks the step runs: under DDP on several ranks (see distributed.py).
+        self.parts.generator = world.wrap(self.parts.generator, t.sync_bn)
+        self.parts.discriminator = world.wrap(self.parts.discriminator, t.sync_bn)
         self.sheet = SampleSheet(self.val_images) if self.val_images is not None else None
         self._interval = (time.perf_counter(), 0)  # start and steps of the current metrics row
         self._session = (time.perf_counter(), self.progress.wall_seconds)  # when this session began, time before it
         self.record("running")
 
+        if world.distributed:
+            log.info("%d ranks (%s), data.batch_size %d a rank: %d crops a step", world.size,
+                     "nccl" if self.runtime.device.type == "cuda" else "gloo", config.data.batch_size,
+                     self.sampler.global_batch)
         if started:
             log.info("resuming %s from step %d (epoch %d)", self.folder.path, self.progress.step, self.progress.epoch)
             for change in self.changes:
@@ -141,7 +160,7 @@ class Trainer:
         log.info("%s", self.runtime.describe())
         log.info(
             "generator %s parameters, discriminator %s parameters; %d training images, %d steps an epoch",
-            f"{count_parameters(self.parts.generator):,}", f"{count_parameters(self.parts.discriminator):,}",
+            f"{count_parameters(unwrap(self.parts.generator)):,}", f"{count_parameters(unwrap(self.parts.discriminator)):,}",
             len(self.dataset.images), self.sampler.steps_per_epoch,
         )
         if self.val_images is not None:
@@ -170,7 +189,7 @@ class Trainer:
         self.metrics.resume(p.metric_state, p.step, keep_epochs_before=p.epoch + 1 if closed else p.epoch,
                             validated=p.validated_step == p.step)
         if closed:
-            p.epoch, p.epoch_step = p.epoch + 1, 0
+            p.epoch, p.epoch_keys = p.epoch + 1, 0
 
     # ---- the epochs --------------------------------------------------------------
 
@@ -193,8 +212,9 @@ class Trainer:
             log.info("nothing to do: step %d, epoch %d reach train.max_steps / train.epochs", p.step, p.epoch - 1)
         while p.epoch <= t.epochs and not self.done():
             self.run_epoch(stop)
-            if stop.signum is not None:  # arrived during the end of the epoch, which saved
-                self.interrupt(stop.signum)
+            signum = self.stop_requested(stop, True)
+            if signum:  # arrived during the end of the epoch, which saved
+                self.interrupt(signum)
         log.info("done: %d steps; checkpoint %s", p.step, self.folder.last)
 
     def finish_pending_work(self) -> None:
@@ -211,22 +231,25 @@ class Trainer:
 
     def run_epoch(self, stop: StopSignals) -> None:
         t, p = self.config.train, self.progress
-        self.sampler.set_epoch(p.epoch, skip_batches=p.epoch_step)
+        self.sampler.set_epoch(p.epoch, skip_keys=p.epoch_keys)
         self.parts.generator.train()
         self.parts.discriminator.train()
         started = time.perf_counter()
         self._interval = (started, 0)
-        bar = tqdm(total=self.sampler.steps_per_epoch, initial=p.epoch_step, desc=f"[{p.epoch}/{self.epochs()}]",
+        bar = tqdm(total=self.sampler.steps_per_epoch, initial=self.sampler.steps_per_epoch - self.sampler.steps_left(),
+                   desc=f"[{p.epoch}/{self.epochs()}]", disable=not self.world.is_main,
                    leave=False, dynamic_ncols=True, unit="step",
                    mininterval=0.1 if sys.stderr.isatty() else 60)  # into a log file: a line a minute
         for lr, hr in batches(self.loader):
             self.step(lr, hr)
             bar.update()
-            if p.step % t.log_every == 0:
+            row_due = p.step % t.log_every == 0
+            if row_due:
                 self.log_row(bar)
-            if stop.signum is not None:
+            signum = self.stop_requested(stop, row_due)
+            if signum:
                 bar.close()
-                self.interrupt(stop.signum)
+                self.interrupt(signum)
             if self.done():
                 break
             if self.validation_due():
@@ -249,9 +272,9 @@ class Trainer:
         else:
             stats = generator_step(self.parts, lr, hr)
         if self.ema is not None:
-            self.ema.update(self.parts.generator)
+            self.ema.update(unwrap(self.parts.generator))
         p.step += 1
-        p.epoch_step += 1
+        p.epoch_keys += self.sampler.global_batch
         self.metrics.add(p.step, stats)
         start, steps = self._interval
         self._interval = (start, steps + 1)
@@ -263,7 +286,7 @@ class Trainer:
         row = self.metrics.flush(self.progress.epoch, {
             "lr_g": self.parts.optimizer_g.param_groups[0]["lr"],
             "lr_d": self.parts.optimizer_d.param_groups[0]["lr"],
-            "images_per_s": steps * self.config.data.batch_size / max(now - start, 1e-9),
+            "images_per_s": steps * self.sampler.global_batch / max(now - start, 1e-9),  # all ranks together
         })
         self._interval = (now, 0)
         bar.set_description(describe(self.progress.epoch, self.epochs(), row))
@@ -287,15 +310,15 @@ class Trainer:
         log.info("%s (%.1f s)", summary, row["seconds"])
         p.closed_step = p.step
         self.checkpoint(best=bool(scores.get("best")), keep_epoch=complete and p.epoch % t.checkpoint_every == 0)
-        generator = self.ema.model if self.ema else self.parts.generator
-        if self.sheet is not None:
-            picture = self.sheet.write(generator, self.runtime,
-                                       self.folder.path / "samples" / f"epoch_{p.epoch:03d}.png")
-            if self.tensorboard:
-                self.tensorboard.image("samples", picture, p.step)
-        redraw_curves(self.folder.path)
+        if self.world.is_main:
+            if self.sheet is not None:
+                picture = self.sheet.write(self.generator_to_score(), self.runtime,
+                                           self.folder.path / "samples" / f"epoch_{p.epoch:03d}.png")
+                if self.tensorboard:
+                    self.tensorboard.image("samples", picture, p.step)
+            redraw_curves(self.folder.path)
         if complete:
-            p.epoch, p.epoch_step = p.epoch + 1, 0
+            p.epoch, p.epoch_keys = p.epoch + 1, 0
 
     # ---- validation and checkpoints ------------------------------------------------
 
@@ -303,7 +326,12 @@ class Trainer:
         """Score the generator (its EMA when kept) on the validation set and
         write validation.csv's row."""
         p = self.progress
-        psnr, ssim = validate(self.ema.model if self.ema else self.parts.generator, self.val_images, self.runtime)
+        self.world.sync_buffers(self.parts.generator)  # the ranks' BatchNorm statistics, averaged
+        # each rank scores its share of the images; the means are over all of them
+        sums = validate(self.generator_to_score(), self.val_images, self.runtime, self.world.shard(len(self.val_images)))
+        psnr_sum, ssim_sum, count = self.world.total(torch.tensor(sums, dtype=torch.float64,
+                                                                  device=self.runtime.device)).tolist()
+        psnr, ssim = psnr_sum / count, ssim_sum / count
         improved = psnr > p.best_psnr
         if improved:
             p.best_psnr, p.best_step = psnr, p.step
@@ -325,10 +353,15 @@ class Trainer:
         that are no longer finite: the last good one stays."""
         p = self.progress
         self.metrics.flush(p.epoch, {})
-        for name, module in (("generator", self.parts.generator), ("discriminator", self.parts.discriminator)):
+        networks = {"generator": self.parts.generator, "discriminator": self.parts.discriminator}
+        for name, module in networks.items():
             if not all(bool(torch.isfinite(w).all()) for w in module.parameters()):
                 raise NonFiniteLoss(f"step {p.step}: the {name}'s weights are no longer finite; stopping, the last "
                                     "checkpoint is kept (a lower learning rate may help)")
+            self.world.sync_buffers(module)
+        self.world.check_in_sync(networks, self.runtime.device)
+        if not self.world.is_main:
+            return
         p.metric_state = self.metrics.state()
         state = checkpoint_state(self.parts, self.ema, self.config, p)
         targets = [self.folder.last]
@@ -340,11 +373,28 @@ class Trainer:
             save_checkpoint(path, state)
         self.record("running")
 
+    def generator_to_score(self) -> torch.nn.Module:
+        """What validation, the pictures and upscaling use: the EMA weights when kept."""
+        return self.ema.model if self.ema else unwrap(self.parts.generator)
+
+    def stop_requested(self, stop: StopSignals, row_due: bool) -> int:
+        """The signal to stop on (0: none). With several ranks they must stop
+        at the same step: they agree at each logged row, where they meet
+        anyway, so a signal that reached some ranks only (or at different
+        steps) stops all of them a few steps later, together."""
+        if not self.world.distributed:
+            return stop.signum or 0
+        if not row_due:
+            return 0
+        return int(self.world.maximum(float(stop.signum or 0), self.runtime.device))
+
     def record(self, state: str, reason: str = "") -> None:
         """run.json: the state, step and time spent, for `srgan runs`. Never
         the reason a run fails: a full disk here must not hide the first error."""
         started, before = self._session
         self.progress.wall_seconds = before + time.perf_counter() - started
+        if not self.world.is_main:
+            return
         try:
             self.folder.write_status(state, self.progress.step, self.planned_steps(), self.progress.wall_seconds,
                                      reason)
@@ -377,7 +427,7 @@ class Trainer:
         return bool(max_steps) and self.progress.step >= max_steps
 
     def epoch_complete(self) -> bool:
-        return self.progress.epoch_step >= self.sampler.steps_per_epoch
+        return self.progress.epoch_keys + self.sampler.global_batch > self.sampler.keys_per_epoch
 
     def validation_due(self) -> bool:
         every = self.config.train.val_every
@@ -465,7 +515,7 @@ def initialise_generator(generator: Generator, config: Config) -> None:
     except SrganError as error:
         raise SrganError(f"model.init_from: {error}") from None
     theirs = checkpoint_config(state).model
-    for key in ("scale", "blocks", "channels"):
+    for key in ("scale", "blocks", "channels", "norm"):
         if getattr(theirs, key) != getattr(config.model, key):
             raise SrganError(
                 f"model.init_from: {path} has model.{key} = {getattr(theirs, key)!r}, "

@@ -3,6 +3,12 @@ loop saves `last.pt` and stops. A second signal stops at once."""
 from __future__ import annotations
 
 import signal
+import time
+
+# Under torchrun a Ctrl-C reaches each rank twice: from the terminal, to the
+# whole process group, and forwarded by the launcher a moment later. A
+# repeat within this many seconds is that echo, not the user insisting.
+ECHO_SECONDS = 3.0
 
 
 class TrainingInterrupted(Exception):
@@ -18,13 +24,16 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self._first_at = 0.0
         self._previous: dict[int, object] = {}
 
     def _handle(self, signum, frame) -> None:
-        if self.signum is not None:  # asked twice: the user means it
-            signal.signal(signum, signal.SIG_DFL)
+        if self.signum is not None:
+            if time.monotonic() - self._first_at < ECHO_SECONDS:
+                return  # the launcher's echo of the same request
+            signal.signal(signum, signal.SIG_DFL)  # asked twice: the user means it
             signal.raise_signal(signum)
-        self.signum = signum
+        self.signum, self._first_at = signum, time.monotonic()
 
     def __enter__(self) -> "StopSignals":
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from srgan.configs import Config, SrganError, config_to_dict
+from srgan.configs import Config, SrganError, config_from_dict, config_to_dict
 from srgan.models.checkpoint import as_tuples
+from srgan.training.distributed import unwrap
 from srgan.training.ema import GeneratorEMA
 from srgan.training.step import TrainingParts
 
 # Keys of model.* that fix the shapes of the weights.
-ARCHITECTURE_KEYS = ("scale", "blocks", "channels", "d_channels")
+ARCHITECTURE_KEYS = ("scale", "blocks", "channels", "d_channels", "norm")
 
 
 @dataclass
@@ -22,7 +23,10 @@ class Progress:
 
     step: int = 0
     epoch: int = 1  # the epoch under way (or just finished)
-    epoch_step: int = 0  # steps of `epoch` done
+    # Keys of the epoch's data order consumed (a step takes batch_size x ranks):
+    # counted in keys, not steps, so that a run resumes where it stopped on
+    # another number of ranks.
+    epoch_keys: int = 0
     best_psnr: float = float("-inf")
     best_step: int = 0
     metric_state: dict = field(default_factory=dict)
@@ -36,14 +40,14 @@ class Progress:
 
 
 def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Config, progress: Progress) -> dict:
-    state = {
-        "generator": parts.generator.state_dict(),
-        "discriminator": parts.discriminator.state_dict(),
+    state = {  # the bare networks' state dicts: they load in one process or under DDP alike
+        "generator": unwrap(parts.generator).state_dict(),
+        "discriminator": unwrap(parts.discriminator).state_dict(),
         "optimizer_g": parts.optimizer_g.state_dict(),
         "optimizer_d": parts.optimizer_d.state_dict(),
         "scaler": parts.scaler.state_dict(),
         "epoch": progress.epoch,
-        "epoch_step": progress.epoch_step,
+        "epoch_keys": progress.epoch_keys,
         "step": progress.step,
         "best_psnr": progress.best_psnr,
         "best_step": progress.best_step,
@@ -63,8 +67,8 @@ def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Con
 def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Progress:
     """Load a checkpoint's weights, optimizer states and RNG states into the
     parts (a checkpoint that load_checkpoint checked: it fits them)."""
-    parts.generator.load_state_dict(state["generator"])
-    parts.discriminator.load_state_dict(state["discriminator"])
+    unwrap(parts.generator).load_state_dict(state["generator"])
+    unwrap(parts.discriminator).load_state_dict(state["discriminator"])
     parts.optimizer_g.load_state_dict(state["optimizer_g"])
     parts.optimizer_d.load_state_dict(state["optimizer_d"])
     if state.get("scaler"):
@@ -76,7 +80,7 @@ def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Prog
     return Progress(
         step=state["step"],
         epoch=state["epoch"],
-        epoch_step=state.get("epoch_step", 0),
+        epoch_keys=state.get("epoch_keys", 0),
         best_psnr=state.get("best_psnr", float("-inf")),
         best_step=state.get("best_step", 0),
         metric_state=state.get("metrics", {}),
@@ -88,12 +92,13 @@ def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Prog
 
 
 def check_same_architecture(saved: dict, config: Config, origin: str) -> None:
-    """Refuse to resume into networks of another shape, saying what differs."""
-    theirs = saved.get("model", {})
+    """Refuse to resume into networks of another shape, saying what differs
+    (`saved`: a checked checkpoint's config; its missing keys take the defaults)."""
+    theirs = config_from_dict(saved, origin).model
     differences = [
-        f"model.{key} {theirs.get(key)!r} -> {getattr(config.model, key)!r}"
+        f"model.{key} {getattr(theirs, key)!r} -> {getattr(config.model, key)!r}"
         for key in ARCHITECTURE_KEYS
-        if theirs.get(key, 64 if key == "d_channels" else None) != getattr(config.model, key)
+        if getattr(theirs, key) != getattr(config.model, key)
     ]
     if differences:
         raise SrganError(f"{origin}: the checkpoint's networks differ from this config: {', '.join(differences)}")

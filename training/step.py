@@ -8,6 +8,7 @@ from torch import nn
 
 from srgan.losses import GeneratorCriterion, discriminator_loss, image_loss
 from srgan.models import Runtime
+from srgan.training.distributed import unwrap
 
 
 @dataclass
@@ -63,9 +64,12 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     # that step changes in place D's weights which autograd saved for the
     # backward, so on PyTorch >= 1.5 g_loss.backward() raises "modified by an
     # inplace operation" (and before 1.5 it silently mixed old and new D).
+    # Under DDP this forward goes through the bare D: its gradients are not
+    # wanted (so nothing to average), and a DDP forward whose backward never
+    # reaches D's weights would leave DDP waiting for them at the next step.
     D.requires_grad_(False)  # G's update needs no gradients for D's weights
     with parts.runtime.autocast():
-        fake_logit_g = D(fake)
+        fake_logit_g = unwrap(D)(fake)
         g_loss, terms = parts.criterion(fake, hr, fake_logit_g)
     parts.optimizer_g.zero_grad(set_to_none=True)
     scaler.scale(g_loss).backward()

@@ -48,14 +48,19 @@ def checked_validation_set(images: "FolderImages | PreparedImages", scale: int,
     return ValImages(images.select(usable), scale, max_size), (float(np.mean(psnrs)), float(np.mean(ssims)))
 
 
-def validate(generator: torch.nn.Module, images: ValImages, runtime: Runtime) -> tuple[float, float]:
-    """Mean PSNR/SSIM of the generator's output (rounded to 8 bits) on the set;
-    tiled as `srgan upscale` is, so a large image costs no more memory."""
+def validate(generator: torch.nn.Module, images: ValImages, runtime: Runtime,
+             indices: range | None = None) -> tuple[float, float, int]:
+    """Sums of PSNR and SSIM of the generator's output (rounded to 8 bits)
+    over the images at `indices` (default: all), and their count; tiled as
+    `srgan upscale` is, so a large image costs no more memory. Sums, so that
+    ranks that score shares of the set add up to the whole set's mean."""
     network = inference_network(generator, runtime)  # an eval-mode copy: training is untouched
-    psnrs, ssims = [], []
-    for _, lr, hr in images:
+    psnr_sum, ssim_sum, count = 0.0, 0.0, 0
+    for i in range(len(images)) if indices is None else indices:
+        _, lr, hr = images[i]
         lr8 = quantize(lr).permute(1, 2, 0).numpy()
         sr8, hr8 = torch.from_numpy(upscale_pixels(network, lr8, runtime)).permute(2, 0, 1), quantize(hr)
-        psnrs.append(psnr_y(sr8, hr8, images.scale))
-        ssims.append(ssim_y(sr8, hr8, images.scale))
-    return float(np.mean(psnrs)), float(np.mean(ssims))
+        psnr_sum += psnr_y(sr8, hr8, images.scale)
+        ssim_sum += ssim_y(sr8, hr8, images.scale)
+        count += 1
+    return psnr_sum, ssim_sum, count

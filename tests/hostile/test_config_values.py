@@ -33,7 +33,7 @@ DEEP = "[" * 3000 + "]" * 3000
     ("name=..", "name: expected a non-empty name"),
     ("name=a\\b", "name: expected a non-empty name"),
     ("train=[1, 2]", "train: expected a mapping, got a list"),
-    ("train.device=tpu", "train.device: expected one of auto, cpu, cuda"),
+    ("train.device=tpu", "train.device: expected auto, cpu, cuda or cuda:K"),
     ("loss.perceptual.layer=pool5", "data.crop_size: expected at least 32 px"),
     ("train..epochs=3", "unknown key train."),
     ("=3", "expected key.path=value"),

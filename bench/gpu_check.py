@@ -1,0 +1,156 @@
+"""`make gpu-check` (python -m srgan.bench.gpu_check): the one script to run
+first on a machine with a GPU, under 8 minutes on one. It runs the CUDA
+tests, a short training and its resume, an upscale, `srgan bench train`
+(fp32, bf16, bf16 + compile), `srgan bench upscale` and a 1-rank NCCL job
+under torchrun, and prints one summary with the figures docs/performance.md
+lacks. Without CUDA the CUDA parts are skipped, each with its reason, and
+the parts that run anywhere (the 1-rank torchrun job, on gloo) still run."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout (an editable install)
+TINY = ["model.blocks=2", "model.channels=16", "model.d_channels=16", "data.crop_size=64", "data.batch_size=8",
+        "data.val=null", "data.workers=2", "loss.perceptual.weights=none", "train.log_every=5"]
+
+
+def srgan(*args: str, timeout: int, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "srgan.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def sets(values: list[str]) -> list[str]:
+    return [arg for value in values for arg in ("--set", value)]
+
+
+def last_json(text: str) -> dict:
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def check_cuda_tests(work: Path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", str(ROOT / "tests" / "test_cuda.py"),
+                           "-p", "no:cacheprovider"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    summary = (done.stdout.strip().splitlines() or ["no output"])[-1]
+    return {"ok": done.returncode == 0, "summary": summary}
+
+
+def check_train_and_resume(work: Path) -> dict:
+    run = work / "run"
+    started = time.perf_counter()
+    first = srgan("train", "--config", "demo", *sets([*TINY, "train.device=cuda", "train.max_steps=40",
+                                                       "train.pretrain_steps=20", f"train.run_dir={run}"]), timeout=240)
+    if first.returncode != 0:
+        return {"ok": False, "error": first.stderr.strip().splitlines()[-1:]}
+    again = srgan("train", "--resume", str(run), "--set", "train.max_steps=60", timeout=240)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return {"ok": again.returncode == 0 and rows[-1]["step"] == 60, "seconds": round(time.perf_counter() - started, 1),
+            "images_per_s": rows[-1].get("images_per_s"), "error": again.stderr.strip().splitlines()[-1:]}
+
+
+def check_upscale(work: Path) -> dict:
+    from PIL import Image
+    import skimage.data
+
+    photo = work / "photo.png"
+    Image.fromarray(skimage.data.astronaut()).save(photo)
+    results = {}
+    for precision in ("fp32", "bf16"):
+        started = time.perf_counter()
+        done = srgan("upscale", str(photo), "-k", str(work / "run"), "-o", str(work / f"up_{precision}.png"),
+                     "--device", "cuda", "--precision", precision, timeout=180)
+        results[precision] = {"ok": done.returncode == 0, "seconds": round(time.perf_counter() - started, 1)}
+    return {"ok": all(r["ok"] for r in results.values()), **results}
+
+
+def check_bench_train(work: Path) -> dict:
+    figures = {}
+    for label, extra in (("fp32", ["train.precision=fp32"]), ("bf16", ["train.precision=bf16"]),
+                         ("bf16+compile", ["train.precision=bf16", "train.compile=true"])):
+        done = srgan("bench", "train", "--set", "train.device=cuda", "--set", "model.blocks=16", "--batch", "16",
+                     "--crop", "96", "--iters", "20", "--warmup", "3", "--json", *sets(extra), timeout=420)
+        result = last_json(done.stdout)
+        figures[label] = ({"s_per_step": round(result["median_s_per_step"], 4),
+                           "images_per_s": round(result["images_per_s"], 1), "peak_cuda_mb": result.get("peak_cuda_mb")}
+                          if result else {"error": done.stderr.strip().splitlines()[-1:]})
+    return {"ok": all("error" not in f for f in figures.values()), **figures}
+
+
+def check_bench_upscale(work: Path) -> dict:
+    figures = {}
+    for precision in ("fp32", "bf16"):
+        done = srgan("bench", "upscale", "--device", "cuda", "--precision", precision, "--size", "1024x1024",
+                     "--iters", "5", "--json", timeout=300)
+        result = last_json(done.stdout)
+        figures[precision] = ({"output_mp_per_s": round(result["output_mp_per_s"], 2),
+                               "speedup_over_plain_fp32": round(result["speedup"], 2)}
+                              if result else {"error": done.stderr.strip().splitlines()[-1:]})
+    return {"ok": all("error" not in f for f in figures.values()), **figures}
+
+
+def check_ddp_one_rank(work: Path) -> dict:
+    """torchrun with one rank: NCCL on CUDA, gloo without (this part runs anywhere)."""
+    run = work / "ddp"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "-m", "srgan.cli",
+         "train", "--config", "demo", *sets([*TINY, f"train.device={device}", "train.max_steps=10",
+                                               "train.pretrain_steps=5", "data.workers=0", f"train.run_dir={run}"])],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    ok = done.returncode == 0 and (run / "checkpoints" / "last.pt").is_file()
+    return {"ok": ok, "backend": "nccl" if device == "cuda" else "gloo",
+            "error": [] if ok else done.stderr.strip().splitlines()[-3:]}
+
+
+CHECKS = [
+    ("cuda tests", check_cuda_tests, True),
+    ("train + resume", check_train_and_resume, True),
+    ("upscale", check_upscale, True),
+    ("bench train", check_bench_train, True),
+    ("bench upscale", check_bench_upscale, True),
+    ("torchrun, 1 rank", check_ddp_one_rank, False),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    args = parser.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    summary = {"cuda": cuda, "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__,
+               "checks": {}}
+    with tempfile.TemporaryDirectory(prefix="srgan-gpu-check-") as folder:
+        for name, check, needs_cuda in CHECKS:
+            if needs_cuda and not cuda:
+                summary["checks"][name] = {"ok": None, "skipped": "no CUDA device (torch.cuda.is_available() is False)"}
+                continue
+            started = time.perf_counter()
+            try:
+                result = check(Path(folder))
+            except subprocess.TimeoutExpired as error:
+                result = {"ok": False, "error": f"timed out after {error.timeout} s"}
+            result["check_seconds"] = round(time.perf_counter() - started, 1)
+            summary["checks"][name] = result
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"gpu-check: {summary['gpu'] or 'no GPU'} (torch {summary['torch']})")
+        for name, result in summary["checks"].items():
+            state = "skipped" if result["ok"] is None else ("ok" if result["ok"] else "FAILED")
+            details = {k: v for k, v in result.items() if k not in ("ok",)}
+            print(f"  {name:18} {state:8} {json.dumps(details)}")
+    failed = [name for name, result in summary["checks"].items() if result["ok"] is False]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
