@@ -121,7 +121,7 @@ def upscale(
         generator = load_generator(checkpoint)
     else:
         torch_seed(resolved.train.seed)
-        generator = Generator(resolved.model.scale, resolved.model.blocks, resolved.model.channels)
+        generator = Generator.from_config(resolved.model)
     result = bench_upscale(generator, runtime, width, height, iters, warmup, baseline)
     if as_json:
         typer.echo(json.dumps(result))
@@ -188,3 +188,56 @@ def torch_seed(seed: int) -> None:
     import torch
 
     torch.manual_seed(seed)
+
+
+@bench_app.command("video")
+def video(
+    size: str = typer.Option("320x240", "--size", help="Frame size WxH of the clip (a pan over a real photo)."),
+    frames: int = typer.Option(24, "--frames", help="Frames in the clip (25 fps, with an AAC tone)."),
+    batch: int = typer.Option(4, "--batch", help="Frames per forward pass, as srgan upscale --batch."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-k", help="A trained generator; default: "
+                                              "random weights of the config's architecture."),
+    config: Optional[str] = typer.Option("demo", "--config", "-c", help=CONFIG_HELP),
+    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    iters: int = typer.Option(2, "--iters", help="Timed rounds (after the warm-up)."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed rounds first."),
+    compare_overlap: bool = typer.Option(False, "--compare-overlap", help="On the CPU, also time srgan upscale with "
+                                         "the network and the encoder running at once rather than in turn."),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
+    precision: str = typer.Option("auto", help=PRECISION_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
+) -> None:
+    """Frames/s of srgan upscale on a clip (decode, network and encode overlapped) against the network alone."""
+    from srgan.configs import SrganError, load_config
+
+    try:
+        width, height = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise SrganError(f"--size: expected WxH such as 320x240, got {size!r}") from None
+    if min(width, height, frames, batch, iters) < 1 or warmup < 0:
+        raise SrganError("--size, --frames, --batch and --iters: expected at least 1; --warmup: 0 or more")
+    resolved = load_config(config, overrides)
+    from srgan.bench.video import bench_video
+    from srgan.cli.common import runtime_from_options
+    from srgan.models import Generator
+    from srgan.models.checkpoint import load_generator
+
+    runtime = runtime_from_options(device, precision)
+    if checkpoint is not None:
+        generator = load_generator(checkpoint)
+    else:
+        torch_seed(resolved.train.seed)
+        generator = Generator.from_config(resolved.model)
+    result = bench_video(generator, runtime, width, height, frames, batch, iters, warmup, compare_overlap)
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(
+        f"video {width}x{height} x{result['scale']}, {frames} frames: srgan upscale {result['pipeline_fps']:.2f} "
+        f"frames/s, the network alone {result['network_fps']:.2f} ({result['pipeline_over_network']:.2f}x); "
+        f"decode alone {result['decode_fps']:.0f}, encode alone {result['encode_fps']:.1f}, the three in turn "
+        f"{result['serial_fps']:.2f}; {result['device']} {result['precision']}, batch {result['batch']}, "
+        f"peak RSS {result['peak_rss_mb']:.0f} MB"
+    )
+    if compare_overlap:
+        typer.echo(f"the network and the encoder at once: {result['pipeline_overlapped_fps']:.2f} frames/s")

@@ -12,13 +12,14 @@ from srgan.configs import SrganError
 
 
 def upscale(
-    inputs: List[Path] = typer.Argument(..., help="Image files or folders of images."),
+    inputs: List[Path] = typer.Argument(..., help="Image or video files, or folders of them."),
     checkpoint: Path = typer.Option(
         ..., "--checkpoint", "-k",
         help="A checkpoint file, a run folder, or a leftthomas/SRGAN netG_epoch_*.pth.",
     ),
     output: Optional[Path] = typer.Option(
-        None, "--output", "-o", help="A folder, or a .png/.jpg/.webp file name for one input. Default: beside each input.",
+        None, "--output", "-o", help="A folder, or for one input a file name: .png/.jpg/.webp for an image, "
+        ".mp4/.mkv/.mov for a video. Default: beside each input.",
     ),
     ext: str = typer.Option("png", "--ext", help="png, jpg or webp (images with alpha stay png when jpg is asked)."),
     quality: int = typer.Option(95, "--quality", help="jpg and webp quality, 1-100."),
@@ -33,12 +34,19 @@ def upscale(
         None, "--tile-pad", help="Context pixels each tile reads. Default: the generator's receptive radius (no seams).",
     ),
     alpha: str = typer.Option("bicubic", "--alpha", help="How alpha is upscaled: bicubic or network."),
+    batch: int = typer.Option(4, "--batch", help="Video frames per forward pass (fewer if they do not fit in memory)."),
+    crf: int = typer.Option(18, "--crf", help="H.264 quality of videos: 0 lossless, 18 near-transparent, 51 worst."),
+    compare: bool = typer.Option(
+        False, "--compare", help="Videos: also write <stem>_x<scale>_compare.mp4, bicubic | SR side by side.",
+    ),
     force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     precision: str = typer.Option("auto", help=PRECISION_HELP),
 ) -> None:
-    """Upscale images with a trained generator: <stem>_x<scale>.png beside each input or in -o."""
+    """Upscale images and videos with a trained generator: <stem>_x<scale>.png (videos: .mp4, every frame, the
+    same timestamps, the sound copied) beside each input or in -o."""
     from srgan.inference.upscale import UpscaleOptions, upscale_files
+    from srgan.inference.video import is_video
 
     options = UpscaleOptions(
         tile=_tile_option(tile),
@@ -50,6 +58,9 @@ def upscale(
         alpha=_alpha_option(alpha),
         force=force,
         fp32_for_16bit=precision == "auto",
+        batch=_batch_option(batch),
+        crf=_crf_option(crf),
+        compare=compare,
     )
     runtime = runtime_from_options(device, precision)
     generator = generator_from_option(checkpoint, runtime)
@@ -57,8 +68,9 @@ def upscale(
     for written in report.written:
         typer.echo(written)
     if report.failed:
-        total = len(report.written) + len(report.failed)
-        typer.echo(f"srgan: {len(report.failed)} of {total} images failed:", err=True)
+        videos = any(is_video(path) for path in [*report.written, *(source for source, _ in report.failed)])
+        noun = "files" if videos else "images"
+        typer.echo(f"srgan: {len(report.failed)} of {report.inputs} {noun} failed:", err=True)
         for _, why in report.failed:
             typer.echo(f"  {why}", err=True)
         raise typer.Exit(1)
@@ -99,6 +111,18 @@ def _quality_option(value: int) -> int:
 def _outscale_option(value: float | None) -> float | None:
     if value is not None and not (math.isfinite(value) and value > 0):
         raise SrganError(f"--outscale: expected a number > 0, got {value}")
+    return value
+
+
+def _batch_option(value: int) -> int:
+    if value < 1:
+        raise SrganError(f"--batch: expected a number of frames >= 1, got {value}")
+    return value
+
+
+def _crf_option(value: int) -> int:
+    if not 0 <= value <= 51:
+        raise SrganError(f"--crf: expected 0 to 51 (H.264's range), got {value}")
     return value
 
 

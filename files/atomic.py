@@ -7,14 +7,16 @@ or the new one, never half of one, and no temporary file behind. It refuses
 to write over an input, and over an existing file unless asked to
 (`overwrite`, what `--force` sets); the target's resolved path must lie in
 the folder the caller named, so that a name built from user parts cannot
-escape it."""
+escape it. `temporary_path` gives the same guarantees to writers that must
+open the file by name themselves (FFmpeg's muxers)."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from srgan.configs.errors import SrganError, first_line
 
@@ -61,12 +63,8 @@ def write_file(
     refused target, DiskFull when the disk fills up (the temporary file is
     removed, an old `path` kept), and lets other errors of `save` through
     after removing the temporary file."""
-    final = check_output(path, overwrite, inputs, folder)
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise SrganError(f"{final.parent}: cannot be made a folder ({first_line(error)})") from None
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    final = _checked_target(path, overwrite, inputs, folder)
+    tmp = _temporary_name(final)
     watched = None
     existed = final.exists()
     try:
@@ -86,14 +84,42 @@ def write_file(
         # torch.save reports a failed write as a RuntimeError of its own: the
         # OSError underneath is what the wrapper saw.
         cause = error if isinstance(error, OSError) else getattr(watched, "error", None)
-        if cause is not None and cause.errno in FULL_DISK_ERRNOS:
-            kept = f"the previous {final.name} is kept" if existed else "nothing was written"
-            raise DiskFull(f"disk full at {final} ({cause.strerror}); {kept}") from None
-        if isinstance(error, OSError) and error.errno == errno.EEXIST:
-            raise SrganError(f"{path}: exists (another process wrote it meanwhile; use --force to overwrite)") from None
-        if isinstance(error, OSError):  # permissions, a vanished folder, a read-only file system...
-            raise SrganError(f"{final}: cannot be written ({first_line(error)})") from None
+        if cause is not None and (cause is error or cause.errno in FULL_DISK_ERRNOS):
+            raise _write_error(cause, path, final, existed) from None
         raise
+    _sync_folder(final.parent)
+
+
+@contextlib.contextmanager
+def temporary_path(
+    path: Path, overwrite: bool = False, inputs: Iterable[Path] = (), folder: Path | None = None
+) -> Iterator[Path]:
+    """write_file for writers that must open a path themselves (FFmpeg's
+    muxers): yields the temporary name beside `path`; when the block ends
+    normally the file is flushed to disk and renamed into place, by the same
+    rules as write_file; on any exception, KeyboardInterrupt included, it is
+    removed and nothing is renamed. The writer is told the format itself:
+    the temporary name ends in .tmp, never in the target's extension, so a
+    left-over one (after a kill -9) is never taken for an input."""
+    final = _checked_target(path, overwrite, inputs, folder)
+    tmp = _temporary_name(final)
+    existed = final.exists()
+    try:
+        yield tmp
+        try:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if overwrite:
+                os.replace(tmp, final)
+            else:
+                _link_no_clobber(tmp, final)
+        except OSError as error:
+            raise _write_error(error, path, final, existed) from None
+    finally:
+        tmp.unlink(missing_ok=True)
     _sync_folder(final.parent)
 
 
@@ -122,6 +148,32 @@ class _WatchedFile:
 
     def __getattr__(self, name: str):
         return getattr(self._file, name)
+
+
+def _checked_target(path: Path, overwrite: bool, inputs: Iterable[Path], folder: Path | None) -> Path:
+    """check_output, then make the target's folder."""
+    final = check_output(path, overwrite, inputs, folder)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SrganError(f"{final.parent}: cannot be made a folder ({first_line(error)})") from None
+    return final
+
+
+def _write_error(error: OSError, path: Path, final: Path, existed: bool) -> SrganError:
+    """The one-line refusal for an OSError met while writing `final`."""
+    if error.errno in FULL_DISK_ERRNOS:
+        kept = f"the previous {final.name} is kept" if existed else "nothing was written"
+        return DiskFull(f"disk full at {final} ({error.strerror}); {kept}")
+    if error.errno == errno.EEXIST:
+        return SrganError(f"{path}: exists (another process wrote it meanwhile; use --force to overwrite)")
+    # permissions, a vanished folder, a read-only file system...
+    return SrganError(f"{final}: cannot be written ({first_line(error)})")
+
+
+def _temporary_name(final: Path) -> Path:
+    """Beside `final`, hidden, unique to this process and this write."""
+    return final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
 def _link_no_clobber(tmp: Path, final: Path) -> None:

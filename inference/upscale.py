@@ -1,6 +1,7 @@
-"""Upscaling image files: plan every output first (refusing to overwrite
-inputs or existing files), then each image in kind (alpha, grayscale,
-16-bit), tiled within a memory budget; a bad file is reported and skipped."""
+"""Upscaling image and video files: plan every output first (refusing to
+overwrite inputs or existing files), then each image in kind (alpha,
+grayscale, 16-bit), tiled within a memory budget, and each video frame by
+frame (inference/video.py); a bad file is reported and skipped."""
 from __future__ import annotations
 
 import dataclasses
@@ -19,6 +20,15 @@ from srgan.files import check_output
 from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
 from srgan.inference.fused import fuse_for_inference
 from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
+from srgan.inference.video import (
+    VIDEO_CONTAINERS,
+    VIDEO_EXTENSIONS,
+    find_videos,
+    is_video,
+    require_av,
+    upscale_video,
+    video_outputs,
+)
 from srgan.models import Generator, Runtime
 from srgan.models.runtime import is_out_of_memory
 
@@ -36,32 +46,41 @@ class UpscaleOptions:
     alpha: str = "bicubic"  # how alpha is upscaled: bicubic or network
     force: bool = False  # overwrite existing outputs
     fp32_for_16bit: bool = False  # --precision auto: bf16 would keep only ~8 of 16 bits
+    batch: int = 4  # video frames per forward pass (fewer when they would not fit the memory budget)
+    crf: int = 18  # H.264 quality of the upscaled videos: 0 lossless ... 51 worst
+    compare: bool = False  # videos: also write <stem><suffix>_compare.mp4, bicubic | SR
 
 
 @dataclass
 class UpscaleReport:
     written: list[Path] = field(default_factory=list)
     failed: list[tuple[Path, str]] = field(default_factory=list)  # (input, why)
+    inputs: int = 0  # files tried (a video with --compare writes two)
 
 
 def upscale_files(
     generator: Generator, runtime: Runtime, inputs: list[Path], output: Path | None, options: UpscaleOptions
 ) -> UpscaleReport:
     """Upscale every input. Problems with the command (overwrites, name
-    clashes) raise SrganError before any work; an image that cannot be read
-    or written is logged, skipped and listed in the report."""
+    clashes) raise SrganError before any work; an image or video that cannot
+    be read or written is logged, skipped and listed in the report."""
     files = collect_inputs(inputs)
+    if any(is_video(source) for source in files):
+        require_av()  # before any work: a missing extra is a mistake in the command, not in one file
     plan = plan_outputs(files, output, generator.scale, options)
     pad = generator.receptive_radius if options.tile_pad is None else options.tile_pad
     if pad < generator.receptive_radius and options.tile != 0:
         log.warning("--tile-pad %d is below the generator's receptive radius %d: tile seams may show",
                     pad, generator.receptive_radius)
-    log.info("upscaling %d image%s x%s, %s", len(plan), "" if len(plan) == 1 else "s",
-             scale_label(generator.scale, options.outscale), runtime.describe())
+    log.info("upscaling %s x%s, %s", count_label(files), scale_label(generator.scale, options.outscale),
+             runtime.describe())
     network = inference_network(generator, runtime)
-    report = UpscaleReport()
+    report = UpscaleReport(inputs=len(plan))
     for source, target in tqdm(plan, unit="image", desc="upscale", dynamic_ncols=True):
         try:
+            if is_video(source):
+                report.written.extend(upscale_video(network, runtime, source, target, options))
+                continue
             picture = read_picture(source)
             height, width = picture.color.shape[:2]
             check_upscale_memory(source, width, height, picture.color.itemsize, generator.scale, options.outscale)
@@ -165,19 +184,31 @@ def inference_network(generator: Generator, runtime: Runtime) -> Generator:
 
 
 def collect_inputs(inputs: list[Path]) -> list[Path]:
-    """Files as given; folders expanded to the images below them."""
+    """Files as given; folders expanded to the images and videos below them."""
     files: list[Path] = []
     for item in inputs:
         if item.is_dir():
-            found = find_images(item)
+            found = sorted(find_images(item) + find_videos(item))
             if not found:
-                raise SrganError(f"{item}: a folder with no images ({', '.join(IMAGE_EXTENSIONS)})")
+                raise SrganError(f"{item}: a folder with no images or videos "
+                                 f"({', '.join(IMAGE_EXTENSIONS + VIDEO_EXTENSIONS)})")
             files.extend(found)
         elif item.is_file():
             files.append(item)
         else:
             raise SrganError(f"{item}: no such file or folder")
     return files
+
+
+def count_label(files: list[Path]) -> str:
+    """'3 images', '1 image and 2 videos'."""
+    videos = sum(is_video(source) for source in files)
+    images = len(files) - videos
+    image_part = f"{images} image{'' if images == 1 else 's'}"
+    video_part = f"{videos} video{'' if videos == 1 else 's'}"
+    if not videos:
+        return image_part
+    return f"{image_part} and {video_part}" if images else video_part
 
 
 def scale_label(scale: int, outscale: float | None) -> str:
@@ -187,8 +218,8 @@ def scale_label(scale: int, outscale: float | None) -> str:
 
 # Extensions that name a file srgan cannot write: `-o result.gif` is a
 # mistake to report, not a folder to create.
-FOREIGN_EXTENSIONS = (*IMAGE_EXTENSIONS, ".gif", ".tga", ".ppm", ".pgm", ".pbm", ".ico", ".heic", ".avif", ".jxl",
-                      ".exr", ".hdr", ".dng", ".raw", ".pdf", ".svg")
+FOREIGN_EXTENSIONS = (*IMAGE_EXTENSIONS, *VIDEO_EXTENSIONS, ".gif", ".tga", ".ppm", ".pgm", ".pbm", ".ico", ".heic",
+                      ".avif", ".jxl", ".exr", ".hdr", ".dng", ".raw", ".pdf", ".svg")
 
 
 def plan_outputs(
@@ -197,14 +228,20 @@ def plan_outputs(
     """(input, output) pairs, checked as a whole before any work: each
     output lies in the folder asked for (beside its input, or -o), is no
     input, is claimed once, and exists only with --force."""
-    names_a_file = output is not None and output.suffix.lower() in OUTPUT_FORMATS and not output.is_dir()
+    writable = (*OUTPUT_FORMATS, *VIDEO_CONTAINERS)
+    names_a_file = output is not None and output.suffix.lower() in writable and not output.is_dir()
     if output is not None and not names_a_file and not output.is_dir() and output.suffix.lower() in FOREIGN_EXTENSIONS:
         raise SrganError(f"-o {output}: cannot write {output.suffix} files; expected a folder, or a file name "
-                         f"ending in {', '.join(sorted(OUTPUT_FORMATS))}")
+                         f"ending in {', '.join(sorted(OUTPUT_FORMATS))} (images) or "
+                         f"{', '.join(sorted(VIDEO_CONTAINERS))} (videos)")
     if output is not None and output.exists() and not output.is_dir() and not names_a_file:
         raise SrganError(f"-o {output}: a file that is not an image srgan writes; expected a folder")
     if names_a_file and len(files) > 1:
         raise SrganError(f"-o {output}: names one file, but there are {len(files)} inputs (give a folder)")
+    if names_a_file and files and is_video(files[0]) != (output.suffix.lower() in VIDEO_CONTAINERS):
+        kind, expected = ("a video", VIDEO_CONTAINERS) if is_video(files[0]) else ("an image", OUTPUT_FORMATS)
+        raise SrganError(f"-o {output}: {files[0]} is {kind}; expected a file name ending in "
+                         f"{', '.join(sorted(expected))}")
     suffix = f"_x{scale_label(scale, options.outscale)}" if options.suffix is None else options.suffix
     if any(c in suffix for c in ("/", "\\", "\x00")):
         raise SrganError(f"--suffix {suffix!r}: expected a suffix for a file name, without '/'")
@@ -212,6 +249,8 @@ def plan_outputs(
     for source in files:
         if names_a_file:
             target = output
+        elif is_video(source):
+            target = (source.parent if output is None else output) / f"{source.stem}{suffix}.mp4"
         else:
             # JPEG has no alpha: such images are written as PNG instead.
             ext = "png" if options.ext == "jpg" and has_alpha(source) else options.ext
@@ -221,13 +260,15 @@ def plan_outputs(
     claimed: dict[Path, Path] = {}
     for source, target in plan:
         folder = (source.parent if output is None else output) if not names_a_file else output.parent
-        if target.exists() and _identity(target) in inputs:
-            raise SrganError(f"{target}: would overwrite an input image; choose another -o or --suffix")
-        resolved = check_output(target, options.force, (), folder)
-        if resolved in claimed:
-            raise SrganError(f"{target}: both {claimed[resolved]} and {source} would be written there; "
-                             "upscale them into separate folders")
-        claimed[resolved] = source
+        for written in video_outputs(target, options.compare) if is_video(source) else [target]:
+            if written.exists() and _identity(written) in inputs:
+                raise SrganError(f"{written}: would overwrite an input {'video' if is_video(written) else 'image'}; "
+                                 "choose another -o or --suffix")
+            resolved = check_output(written, options.force, (), folder)
+            if resolved in claimed:
+                raise SrganError(f"{written}: both {claimed[resolved]} and {source} would be written there; "
+                                 "upscale them into separate folders")
+            claimed[resolved] = source
     return plan
 
 
