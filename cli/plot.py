@@ -12,6 +12,8 @@ def plot(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="A .png file. Default for one run: "
                                           "RUN/curves.png (the run's own picture, redrawn); needed for several."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing -o file."),
+    psnr_only: bool = typer.Option(False, "--psnr-only", help="Only the validation PSNR panel, larger "
+                                   "(learning curves compared, as in docs/quality.md)."),
 ) -> None:
     """Validation PSNR, g_loss, d_loss, d_score and g_score against step, one colour a run,
     the legend naming the settings in which the runs differ (needs matplotlib)."""
@@ -35,6 +37,7 @@ def plot(
         from srgan.training.pictures import draw_curves
 
         out = output or folders[0] / "curves.png"
-        typer.echo(draw_curves(folders, out, overwrite=output is None or force, labels=labels))
+        typer.echo(draw_curves(folders, out, overwrite=output is None or force, labels=labels,
+                                       psnr_only=psnr_only))
     except ImportError:
         raise SrganError("srgan plot needs matplotlib: pip install 'srgan[plot]'") from None

@@ -82,17 +82,37 @@ def samples(
     folder: Path = typer.Argument(..., help="Where to write the built-in photos."),
     force: bool = typer.Option(False, "--force", help="Overwrite photos already there."),
 ) -> None:
-    """Copy the built-in sample photos (builtin:samples) into FOLDER/train and FOLDER/val."""
-    from srgan.data.samples import TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
+    """Copy the built-in sample photos (builtin:samples) into FOLDER/train and FOLDER/val, and a held-out
+    set no preset trains on into FOLDER/heldout/photos and FOLDER/heldout/synthetic."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from srgan.data.heldout import HELDOUT_PHOTOS, synthetic_images
+    from srgan.data.samples import TRAIN_SAMPLES, VAL_SAMPLES, sample_paths, skimage_file
     from srgan.files import check_output, write_bytes
 
-    plan = [
+    # (source, target): a photo copied as it is, or, for the held-out set, a
+    # photo or a drawn image written as an RGB PNG (what evaluate scores).
+    plan: list[tuple[Path, Path]] = [
         (source, folder / part / f"{name}{source.suffix}")
         for part, names in (("train", TRAIN_SAMPLES), ("val", VAL_SAMPLES))
         for name, source in zip(names, sample_paths(names))
     ]
+    heldout = folder / "heldout"
+    rgb = [(np.asarray(Image.open(skimage_file(file)).convert("RGB")), heldout / "photos" / f"{name}.png")
+           for name, file in HELDOUT_PHOTOS.items()]
+    rgb += [(pixels, heldout / "synthetic" / f"{name}.png") for name, pixels in synthetic_images().items()]
     for source, target in plan:  # all refused or none written
         check_output(target, force, inputs=(source,))
+    for _, target in rgb:
+        check_output(target, force)
     for source, target in plan:
         write_bytes(target, source.read_bytes(), overwrite=force, inputs=(source,))
+        typer.echo(target)
+    for pixels, target in rgb:
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="PNG")
+        write_bytes(target, buffer.getvalue(), overwrite=force)
         typer.echo(target)

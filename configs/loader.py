@@ -269,6 +269,7 @@ def _check_values(c: Config, origin: str) -> None:
     need(c.model.blocks >= 1, "model.blocks", "at least 1", c.model.blocks)
     need(c.model.channels >= 1, "model.channels", "at least 1", c.model.channels)
     need(c.model.d_channels >= 1, "model.d_channels", "at least 1", c.model.d_channels)
+    need(0 < c.model.res_scale <= 1, "model.res_scale", "a factor in (0, 1]", c.model.res_scale)
     need(c.data.train != "", "data.train", "a folder or builtin:samples", c.data.train)
     need(c.data.val != "", "data.val", "a folder, builtin:samples or null", c.data.val)
     need(c.data.crop_size >= c.model.scale, "data.crop_size", f"at least model.scale ({c.model.scale})",
@@ -317,6 +318,12 @@ def _check_values(c: Config, origin: str) -> None:
     need(all(m >= 1 for m in milestones) and milestones == sorted(set(milestones)), "train.lr_schedule.milestones",
          "increasing step numbers of at least 1", milestones)
     need(t.lr_schedule.gamma > 0, "train.lr_schedule.gamma", "a positive factor", t.lr_schedule.gamma)
+    need(0 <= t.lr_schedule.min_factor <= 1, "train.lr_schedule.min_factor", "a factor in [0, 1]",
+         t.lr_schedule.min_factor)
+    need(t.lr_schedule.warmup_steps >= 0, "train.lr_schedule.warmup_steps", "0 or more", t.lr_schedule.warmup_steps)
+    need(t.lr_schedule.kind != "cosine" or t.pretrain_steps > 0 or t.max_steps > 0, "train.lr_schedule.kind",
+         "step, or cosine with train.pretrain_steps or train.max_steps set (the span of the decay)",
+         t.lr_schedule.kind)
     need(t.log_every >= 1, "train.log_every", "at least 1", t.log_every)
     need(t.val_every >= 0, "train.val_every", "0 (every epoch) or more steps", t.val_every)
     need(t.save_every >= 0, "train.save_every", "0 (every epoch) or more steps", t.save_every)

@@ -16,6 +16,11 @@ class ModelConfig:
     # batch: BatchNorm in the generator's residual blocks, as the paper's SRResNet;
     # none: without (EDSR, ESRGAN).
     norm: Literal["batch", "none"] = "batch"
+    # none: the paper's output, tanh; bicubic: a correction added to the
+    # bicubic upscale of the input (VDSR's global residual): it starts at bicubic.
+    residual: Literal["none", "bicubic"] = "none"
+    res_scale: float = 1.0  # residual branches scaled by this (EDSR: 0.1 for wide stacks without BN)
+    icnr: bool = False  # sub-pixel convs start as nearest-neighbour upsampling (no checkerboard at start)
     # A checkpoint (or run folder) whose generator weights start this run,
     # e.g. a trained SRResNet before the GAN phase.
     init_from: str | None = None
@@ -84,6 +89,13 @@ class LrSchedule:
     # paper's SRGAN: 1e-4, then 1e-5 for the second half.
     milestones: list[int] = field(default_factory=list)
     gamma: float = 0.1
+    # step: the milestones alone. cosine: also a cosine decay, to `min_factor`
+    # of the rate, over the generator-only phase (train.pretrain_steps, or the
+    # whole run when there is no pretraining: SRResNet).
+    kind: Literal["step", "cosine"] = "step"
+    min_factor: float = 0.01
+    # Steps over which the rates rise linearly from 0 at the start of the run.
+    warmup_steps: int = 0
 
 
 @dataclass

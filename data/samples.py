@@ -20,17 +20,25 @@ TRAIN_SAMPLES = ("astronaut", "coffee", "chelsea", "hubble_deep_field")
 VAL_SAMPLES = ("immunohistochemistry",)
 
 
-def sample_paths(names: tuple[str, ...] | list[str]) -> list[Path]:
-    """The files of the named sample photos inside the installed scikit-image."""
+def skimage_folder() -> Path:
+    """The data folder of the installed scikit-image, which holds the photos."""
     try:
         import skimage.data
     except ImportError:
         raise SrganError(
             "builtin:samples needs scikit-image, which ships the photos: pip install 'srgan[samples]'"
         ) from None
-    folder = Path(skimage.data.__file__).parent
-    paths = [folder / SAMPLE_FILES[name] for name in names]
-    missing = [p.name for p in paths if not p.is_file()]
-    if missing:
-        raise SrganError(f"builtin:samples: this scikit-image lacks {', '.join(missing)} in {folder}")
-    return paths
+    return Path(skimage.data.__file__).parent
+
+
+def sample_paths(names: tuple[str, ...] | list[str]) -> list[Path]:
+    """The files of the named sample photos inside the installed scikit-image."""
+    return [skimage_file(SAMPLE_FILES[name]) for name in names]
+
+
+def skimage_file(name: str) -> Path:
+    """A file of scikit-image's data folder, checked to be there."""
+    path = skimage_folder() / name
+    if not path.is_file():
+        raise SrganError(f"builtin:samples: this scikit-image lacks {name} in {path.parent}")
+    return path

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from srgan.configs.errors import SrganError, first_line
 from srgan.files import check_output
@@ -55,10 +55,26 @@ def compare_picture(generator: Generator, runtime: Runtime, image_path: Path, ou
     lr = bicubic_downscale(hr, generator.scale)
     bicubic = bicubic_upscale(lr, generator.scale)
     sr = upscale_rgb8(generator, lr, runtime)
-    write_png(side_by_side([bicubic, sr, hr]), out_path, overwrite=force, inputs=(image_path,))
 
     def chw(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(a)).permute(2, 0, 1)
 
     border = generator.scale
-    return {"bicubic_psnr": psnr_y(chw(bicubic), chw(hr), border), "sr_psnr": psnr_y(chw(sr), chw(hr), border)}
+    scores = {"bicubic_psnr": psnr_y(chw(bicubic), chw(hr), border), "sr_psnr": psnr_y(chw(sr), chw(hr), border)}
+    panels = [labelled(bicubic, f"bicubic {scores['bicubic_psnr']:.2f} dB"), labelled(sr, f"SR {scores['sr_psnr']:.2f} dB"),
+              labelled(hr, "original")]
+    write_png(side_by_side(panels), out_path, overwrite=force, inputs=(image_path,))
+    return scores
+
+
+def labelled(panel: np.ndarray, label: str) -> np.ndarray:
+    """`panel` with `label` in white on a dark box in its top-left corner
+    (the scores are computed before, on the unlabelled pixels)."""
+    image = Image.fromarray(panel)
+    draw = ImageDraw.Draw(image)
+    size = max(10, min(panel.shape[:2]) // 16)
+    left, top, right, bottom = draw.textbbox((0, 0), label, font_size=size)
+    pad = max(2, size // 4)
+    draw.rectangle((0, 0, right + 2 * pad, bottom + 2 * pad), fill=(0, 0, 0))
+    draw.text((pad, pad), label, fill=(255, 255, 255), font_size=size)
+    return np.asarray(image)

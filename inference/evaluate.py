@@ -54,26 +54,33 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
             "sr": {"psnr": psnr_y(sr, hr8, scale), "ssim": ssim_y(sr, hr8, scale)},
             "bicubic": {"psnr": psnr_y(bicubic, hr8, scale), "ssim": ssim_y(bicubic, hr8, scale)},
         })
+        images[-1]["gain_psnr"] = images[-1]["sr"]["psnr"] - images[-1]["bicubic"]["psnr"]
     if not images:
         raise SrganError(f"{', '.join(str(f) for f in folders)}: no image that decodes and is large enough to evaluate")
     mean = {
         kind: {metric: float(np.mean([im[kind][metric] for im in images])) for metric in ("psnr", "ssim")}
         for kind in ("sr", "bicubic")
     }
+    mean["gain_psnr"] = mean["sr"]["psnr"] - mean["bicubic"]["psnr"]
     return {"scale": scale, "convention": CONVENTION.format(scale=scale), "images": images, "mean": mean,
             "failed": failed}
 
 
 def format_table(result: dict) -> str:
+    """Per image and on average: SR and bicubic, and SR's gain over bicubic
+    in PSNR (dB; negative where the model does worse than bicubic)."""
     width = max(12, *(len(im["name"]) for im in result["images"]))
     lines = [
         f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}",
-        f"{'image':<{width}}  {'SR psnr':>8} {'SR ssim':>8}  {'bicubic psnr':>12} {'bicubic ssim':>12}",
+        f"{'image':<{width}}  {'SR psnr':>8} {'SR ssim':>8}  {'bicubic psnr':>12} {'bicubic ssim':>12}  {'gain dB':>7}",
     ]
     for im in [*result["images"], {"name": "mean", **result["mean"]}]:
         lines.append(
             f"{im['name']:<{width}}  {im['sr']['psnr']:8.2f} {im['sr']['ssim']:8.4f}  "
-            f"{im['bicubic']['psnr']:12.2f} {im['bicubic']['ssim']:12.4f}"
+            f"{im['bicubic']['psnr']:12.2f} {im['bicubic']['ssim']:12.4f}  "
+            f"{im['gain_psnr']:+7.2f}"
         )
     lines.insert(len(lines) - 1, "-" * len(lines[1]))
+    worst = min(result["images"], key=lambda im: im["gain_psnr"])
+    lines.append(f"worst gain: {worst['name']} {worst['gain_psnr']:+.2f} dB")
     return "\n".join(lines)

@@ -21,18 +21,22 @@ def norm_layer(kind: str, channels: int) -> nn.Module:
 
 
 class ResidualBlock(nn.Module):
-    """conv-BN-PReLU-conv-BN with an identity skip (BN optional)."""
+    """conv-BN-PReLU-conv-BN with an identity skip (BN optional); the branch
+    scaled by `res_scale` (EDSR's residual scaling: below 1, deep and wide
+    stacks without BN train stably)."""
 
-    def __init__(self, channels: int, norm: str = "batch"):
+    def __init__(self, channels: int, norm: str = "batch", res_scale: float = 1.0):
         super().__init__()
         self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
         self.bn1 = norm_layer(norm, channels)
         self.prelu = nn.PReLU()
         self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
         self.bn2 = norm_layer(norm, channels)
+        self.res_scale = res_scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.bn2(self.conv2(self.prelu(self.bn1(self.conv1(x)))))
+        branch = self.bn2(self.conv2(self.prelu(self.bn1(self.conv1(x)))))
+        return x + branch * self.res_scale if self.res_scale != 1.0 else x + branch
 
 
 class UpsampleBlock(nn.Module):
@@ -49,23 +53,42 @@ class UpsampleBlock(nn.Module):
 
 
 class Generator(nn.Module):
-    """LR image in [0, 1] -> SR image in [0, 1], `scale` times larger."""
+    """LR image in [0, 1] -> SR image in [0, 1], `scale` times larger.
 
-    def __init__(self, scale: int = 4, blocks: int = 16, channels: int = 64, norm: str = "batch"):
+    residual "none": the paper's SRResNet, its output through (tanh + 1) / 2.
+    residual "bicubic": the network predicts a correction added to the
+    bicubic upscale of its input (global residual learning, VDSR); its tail
+    starts at zero, so a fresh model is bicubic and its first steps refine
+    what bicubic gets right instead of learning to reproduce the input.
+    icnr: the sub-pixel convolutions start as nearest-neighbour upsampling
+    of a random kernel (ICNR, Aitken et al. 2017): no checkerboard at the
+    start for training to remove."""
+
+    def __init__(self, scale: int = 4, blocks: int = 16, channels: int = 64, norm: str = "batch",
+                 residual: str = "none", res_scale: float = 1.0, icnr: bool = False):
         super().__init__()
         if scale not in (2, 4, 8):
             raise ValueError(f"scale must be 2, 4 or 8, not {scale}")
         self.scale, self.blocks, self.channels, self.norm = scale, blocks, channels, norm
+        self.residual = residual
         self.head = nn.Sequential(nn.Conv2d(3, channels, 9, padding=4), nn.PReLU())
-        self.body = nn.Sequential(*(ResidualBlock(channels, norm) for _ in range(blocks)))
+        self.body = nn.Sequential(*(ResidualBlock(channels, norm, res_scale) for _ in range(blocks)))
         self.body_end = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), norm_layer(norm, channels))
         self.upsample = nn.Sequential(*(UpsampleBlock(channels) for _ in range(int(math.log2(scale)))))
         self.tail = nn.Conv2d(channels, 3, 9, padding=4)
+        if icnr:
+            for stage in self.upsample:
+                icnr_init(stage.conv.weight, 2)
+        if residual == "bicubic":
+            nn.init.zeros_(self.tail.weight)
+            nn.init.zeros_(self.tail.bias)
+            self.bicubic = BicubicUpsample(scale)
 
     @classmethod
     def from_config(cls, model: "ModelConfig") -> "Generator":
         """The generator a config's `model` section describes."""
-        return cls(model.scale, model.blocks, model.channels, model.norm)
+        return cls(model.scale, model.blocks, model.channels, model.norm, model.residual, model.res_scale,
+                   model.icnr)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.head(x)
@@ -83,6 +106,8 @@ class Generator(nn.Module):
         weight = tail_before_shuffle(self.tail.weight)
         h = F.conv2d(h, weight, self.tail.bias.repeat_interleave(4), padding=weight.shape[-1] // 2)
         h = F.pixel_shuffle(h, 2)
+        if self.residual == "bicubic":
+            return self.bicubic(x) + h
         # (tanh + 1) / 2 maps to [0, 1] with the gradient of the seed code.
         return (torch.tanh(h) + 1) / 2
 
@@ -100,7 +125,55 @@ class Generator(nn.Module):
                 lo, hi = lo // 2 - 1, hi // 2 + 1
             lr_reach = 4 + 2 * self.blocks + 1  # head 9x9, two 3x3 a block, body_end 3x3
             worst = max(worst, lr_reach - lo, hi + lr_reach)
+        if self.residual == "bicubic":
+            worst = max(worst, BicubicUpsample.REACH)
         return worst
+
+
+class BicubicUpsample(nn.Module):
+    """Bicubic upscaling by an integer factor with the kernel of PIL's
+    bicubic (a = -0.5), the one the LR images are made and scored with: per
+    output phase a fixed 5x5 filter (from the coarse grid), then
+    PixelShuffle. Edges are replicated (PIL renormalises its kernel there:
+    the two differ in the outermost pixels only)."""
+
+    REACH = 2  # LR pixels each side an output pixel reads
+
+    def __init__(self, scale: int):
+        super().__init__()
+        self.scale = scale
+        taps = torch.arange(-self.REACH, self.REACH + 1, dtype=torch.float64)
+        phases = []
+        for p in range(scale):
+            t = (p + 0.5) / scale - 0.5  # where output phase p samples, in LR pixels from its cell
+            w = cubic(taps - t)
+            phases.append(w / w.sum())
+        rows = torch.stack(phases)  # scale x 5
+        kernel = torch.einsum("yi,xj->yxij", rows, rows).reshape(scale * scale, 1, 5, 5)
+        self.register_buffer("kernel", kernel.float().repeat(3, 1, 1, 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        padded = F.pad(x, (self.REACH,) * 4, mode="replicate")
+        return F.pixel_shuffle(F.conv2d(padded, self.kernel.to(x.dtype), groups=x.shape[1]), self.scale)
+
+
+def cubic(x: torch.Tensor, a: float = -0.5) -> torch.Tensor:
+    """Keys' cubic convolution kernel; a = -0.5 is PIL's bicubic."""
+    x = x.abs()
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return torch.where(x <= 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
+
+
+def icnr_init(weight: torch.Tensor, upscale: int) -> None:
+    """ICNR: the (C*r^2) x C x k x k weight before PixelShuffle(r) set to r^2
+    copies of one random C x C x k x k kernel, so the shuffled output starts
+    as a nearest-neighbour upsampling (Aitken et al. 2017)."""
+    out_channels = weight.shape[0] // upscale**2
+    base = torch.empty(out_channels, *weight.shape[1:], dtype=weight.dtype)
+    nn.init.kaiming_uniform_(base, a=math.sqrt(5))  # what nn.Conv2d would have drawn
+    with torch.no_grad():
+        weight.copy_(base.repeat_interleave(upscale**2, dim=0))
 
 
 def tail_before_shuffle(weight: torch.Tensor) -> torch.Tensor:

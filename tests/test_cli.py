@@ -2,6 +2,7 @@
 import csv
 import json
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -93,6 +94,14 @@ def test_compare_writes_the_side_by_side_picture(trained_run, val_dir, tmp_path)
     assert result.returncode == 0, result.stderr
     assert Image.open(out).size == (3 * 96 + 2 * 8, 96)
     assert "PSNR bicubic" in result.stdout and "Y channel" in result.stdout
+    # Each panel carries its label on a black box, white text, in its top-left
+    # corner; below the box the original panel is the photo itself.
+    picture = np.asarray(Image.open(out).convert("RGB"))
+    for left in (0, 96 + 8, 2 * (96 + 8)):
+        box = picture[:8, left:left + 40]
+        assert (box == 0).all(axis=-1).any() and (box.min(axis=-1) > 200).any()
+    hr = np.asarray(Image.open(val_dir / "ihc.png").convert("RGB"))[:96, :96]
+    assert (picture[40:, 2 * (96 + 8):] == hr[40:]).all()
 
 
 @pytest.mark.parametrize(
@@ -139,3 +148,13 @@ def test_samples_command_writes_the_builtin_photos(tmp_path):
     assert result.returncode == 0
     assert Image.open(tmp_path / "train" / "chelsea.png").size == (451, 300)
     assert (tmp_path / "val" / "immunohistochemistry.png").is_file()
+    # The held-out set: RGB PNGs (a JPEG and a grey page converted), the drawn ones the same bits every time.
+    held = {p.relative_to(tmp_path / "heldout").as_posix() for p in (tmp_path / "heldout").rglob("*.png")}
+    assert held == {"photos/rocket.png", "photos/motorcycle.png", "photos/retina.png", "photos/page.png",
+                    "photos/color.png", "synthetic/chart.png", "synthetic/gradients.png", "synthetic/text.png",
+                    "synthetic/edges.png"}
+    page = Image.open(tmp_path / "heldout" / "photos" / "page.png")
+    assert page.mode == "RGB" and page.size == (384, 191)
+    chart = np.asarray(Image.open(tmp_path / "heldout" / "synthetic" / "chart.png"))
+    assert chart.shape == (192, 256, 3) and tuple(chart[10, 10]) == (0, 200, 0)
+    assert run_cli("samples", str(tmp_path)).returncode == 2  # all there: refused without --force

@@ -80,6 +80,9 @@ def test_srgan_plot_overlays_runs_with_their_differences_as_legend(srgan, runs_f
     assert Image.open(out).size == (1280, 680)
     assert srgan("plot", *runs).returncode == 2  # several runs: -o is needed
     assert srgan("plot", *runs, "-o", out).returncode == 2  # exists
+    single = tmp_path / "psnr.png"
+    assert srgan("plot", *runs, "-o", single, "--psnr-only").returncode == 0
+    assert Image.open(single).size == (1040, 440)  # one panel and its legend, not six
 
 
 def test_sweep_values_split_on_commas_outside_brackets():

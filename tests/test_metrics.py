@@ -66,5 +66,12 @@ def test_evaluate_gives_the_literature_bicubic_on_set5(tmp_path):
     assert [im["name"] for im in scores["images"]] == ["baby", "bird", "butterfly", "head", "woman"]
     assert round(scores["mean"]["bicubic"]["psnr"], 2) == 28.43
     assert 0 < scores["mean"]["bicubic"]["ssim"] < 1
-    assert set(scores["images"][0]) == {"name", "sr", "bicubic"}
+    assert set(scores["images"][0]) == {"name", "sr", "bicubic", "gain_psnr"}
     assert set(scores["mean"]["sr"]) == {"psnr", "ssim"}
+    # The gain column: SR minus bicubic, per image as printed, and the worst one named.
+    baby = scores["images"][0]
+    assert baby["gain_psnr"] == baby["sr"]["psnr"] - baby["bicubic"]["psnr"]
+    row = next(line for line in result.stdout.splitlines() if line.startswith("baby"))
+    assert row.split()[-1] == f"{baby['gain_psnr']:+.2f}"
+    worst = min(scores["images"], key=lambda im: im["gain_psnr"])
+    assert f"worst gain: {worst['name']} {worst['gain_psnr']:+.2f} dB" in result.stdout

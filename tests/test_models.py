@@ -3,6 +3,8 @@ import torch
 
 from srgan.models import Discriminator, Generator
 
+from conftest import skimage_photo
+
 
 def srresnet_parameters(scale: int, blocks: int, c: int) -> int:
     head = 3 * c * 81 + c + 1
@@ -78,3 +80,110 @@ def test_receptive_radius_is_exact(scale, blocks):
             y[:, :, centre, centre + distance] += 1.0
             diff = (g(y) - base).abs()[0, :, :, centre * scale : (centre + 1) * scale]
             assert bool(diff.max() > 0) == changes, (distance, r)
+
+
+# ---- the fast-start options (docs/quality.md) ---------------------------------
+
+
+def test_a_fresh_residual_generator_is_pils_bicubic():
+    import numpy as np
+    from PIL import Image
+
+    from srgan.models.generator import BicubicUpsample
+
+    hr = skimage_photo("immunohistochemistry")[:128, :160]
+    lr = np.asarray(Image.fromarray(hr).resize((40, 32), Image.BICUBIC))
+    pil = torch.from_numpy(np.array(Image.fromarray(lr).resize((160, 128), Image.BICUBIC))).permute(2, 0, 1)
+    x = torch.from_numpy(lr.copy()).permute(2, 0, 1)[None].float() / 255
+    g = Generator(4, 2, 8, residual="bicubic").eval()
+    with torch.no_grad():
+        out = g(x)
+    assert torch.equal(out, BicubicUpsample(4)(x))  # the correction starts at zero
+    ours = (out[0].clamp(0, 1) * 255).round().to(torch.uint8)
+    inner = (ours.int() - pil.int())[:, 8:-8, 8:-8].abs()
+    assert inner.max() <= 1  # PIL's kernel (a = -0.5), rounding apart; edges: replicated, not renormalised
+
+
+@pytest.mark.parametrize("options", [{"residual": "bicubic"}, {"norm": "none", "res_scale": 0.1}, {"icnr": True}])
+def test_the_options_keep_the_exact_receptive_radius_and_the_fused_network(options):
+    from srgan.inference.fused import fuse_for_inference
+
+    torch.manual_seed(1)
+    g = Generator(4, 1, 4, **options).double().eval()
+    with torch.no_grad():  # a trained-looking tail (the residual one starts at zero)
+        g.tail.weight.normal_(0, 0.05)
+    r = g.receptive_radius
+    size = 2 * r + 8
+    x = torch.rand(1, 3, size, size, dtype=torch.float64)
+    centre = size // 2
+    with torch.no_grad():
+        base = g(x)
+        for distance, changes in ((r, True), (r + 1, False)):
+            y = x.clone()
+            y[:, :, centre, centre + distance] += 1.0
+            diff = (g(y) - base).abs()[0, :, :, centre * 4:(centre + 1) * 4]
+            assert bool(diff.max() > 0) == changes, (options, distance, r)
+        assert torch.allclose(fuse_for_inference(g)(x), base, atol=1e-10)
+    if options.get("norm") == "none":
+        assert not any("bn" in name for name in g.state_dict())
+
+
+def test_icnr_starts_the_sub_pixel_convolutions_as_nearest_neighbour():
+    g = Generator(4, 1, 8, icnr=True)
+    for stage in g.upsample:
+        w = stage.conv.weight
+        copies = w.view(8, 4, *w.shape[1:])  # output channel 4c + k: the same kernel for every k
+        assert torch.equal(copies, copies[:, :1].expand_as(copies))
+
+
+def test_the_cosine_schedule_warms_up_decays_over_pretraining_then_follows_the_milestones():
+    from srgan.configs import load_config
+    from srgan.models import resolve_runtime
+    from srgan.training.loop import build_parts, set_learning_rates
+
+    config = load_config("demo", ["model.blocks=1", "model.channels=8", "model.d_channels=8",
+                                  "loss.perceptual.weights=none", "train.lr_g=1e-3", "train.pretrain_steps=100",
+                                  "train.lr_schedule.kind=cosine", "train.lr_schedule.warmup_steps=10",
+                                  "train.lr_schedule.min_factor=0.1", "train.lr_schedule.milestones=[100]"])
+    parts = build_parts(config, resolve_runtime("cpu", "fp32"))
+
+    def lr_at(step):
+        set_learning_rates(parts, config.train, step)
+        return parts.optimizer_g.param_groups[0]["lr"]
+
+    assert lr_at(1) == pytest.approx(1e-4) and lr_at(10) == pytest.approx(1e-3)  # the warm-up
+    assert lr_at(55) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))  # halfway down the cosine
+    assert lr_at(100) == pytest.approx(1e-4)  # the end of pretraining: min_factor
+    assert lr_at(101) == pytest.approx(1e-4)  # the GAN phase: the milestone's gamma
+
+
+def test_a_residual_checkpoint_loads_and_upscales_by_tiles_exactly(tmp_path):
+    """model.residual/norm/res_scale travel in the checkpoint's config: the
+    loaded generator is the saved one, and tiles of the receptive radius
+    (the bicubic reach counted) give the whole image's pixels."""
+    import numpy as np
+    from PIL import Image
+
+    from conftest import run_cli
+    from srgan.models.checkpoint import save_checkpoint
+
+    torch.manual_seed(3)
+    g = Generator(4, 2, 8, norm="none", residual="bicubic", res_scale=0.5)
+    torch.nn.init.normal_(g.tail.weight, std=0.01)  # a trained correction, not the zero start
+    model = {"scale": 4, "blocks": 2, "channels": 8, "norm": "none", "residual": "bicubic", "res_scale": 0.5}
+    save_checkpoint(tmp_path / "g.pt", {"generator": g.state_dict(), "discriminator": {}, "optimizer_g": {},
+                                        "optimizer_d": {}, "epoch": 0, "step": 0, "config": {"model": model}})
+    photo = tmp_path / "in.png"
+    Image.fromarray(np.ascontiguousarray(skimage_photo("coffee")[:40, :56])).save(photo)
+    outs = {}
+    for tile in ("0", "16"):
+        out = tmp_path / f"out{tile}.png"
+        result = run_cli("upscale", photo, "-k", tmp_path / "g.pt", "-o", out, "--tile", tile,
+                         "--device", "cpu", "--precision", "fp32")
+        assert result.returncode == 0, result.stderr
+        outs[tile] = np.asarray(Image.open(out)).astype(int)
+    assert (outs["0"] == outs["16"]).all()
+    with torch.no_grad():
+        lr = torch.from_numpy(np.array(Image.open(photo))).permute(2, 0, 1)[None].float() / 255
+        direct = (g.eval()(lr).clamp(0, 1)[0].permute(1, 2, 0) * 255).round().numpy()
+    assert np.abs(outs["0"] - direct).max() <= 1

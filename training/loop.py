@@ -10,6 +10,7 @@ which of that work is done, so that a resumed run finishes it."""
 from __future__ import annotations
 
 import logging
+import math
 import random
 import sys
 import time
@@ -515,7 +516,7 @@ def initialise_generator(generator: Generator, config: Config) -> None:
     except SrganError as error:
         raise SrganError(f"model.init_from: {error}") from None
     theirs = checkpoint_config(state).model
-    for key in ("scale", "blocks", "channels", "norm"):
+    for key in ("scale", "blocks", "channels", "norm", "residual", "res_scale"):
         if getattr(theirs, key) != getattr(config.model, key):
             raise SrganError(
                 f"model.init_from: {path} has model.{key} = {getattr(theirs, key)!r}, "
@@ -526,9 +527,18 @@ def initialise_generator(generator: Generator, config: Config) -> None:
 
 
 def set_learning_rates(parts: TrainingParts, t: TrainConfig, step: int) -> None:
-    """The rates for `step` (1-based): the base rates times gamma for every
-    milestone already passed. Derived from the step, so resuming needs no state."""
-    factor = t.lr_schedule.gamma ** sum(step > m for m in t.lr_schedule.milestones)
+    """The rates for `step` (1-based), derived from the step alone (so
+    resuming needs no state): the base rates, times gamma for every milestone
+    passed, times the warm-up ramp, times the cosine of the generator-only
+    phase when the schedule is cosine."""
+    lrs = t.lr_schedule
+    factor = lrs.gamma ** sum(step > m for m in lrs.milestones)
+    if lrs.warmup_steps and step <= lrs.warmup_steps:
+        factor *= step / lrs.warmup_steps
+    span = t.pretrain_steps or t.max_steps
+    if lrs.kind == "cosine" and step <= span:
+        progress = max(0, step - lrs.warmup_steps) / max(1, span - lrs.warmup_steps)
+        factor *= lrs.min_factor + (1 - lrs.min_factor) * (1 + math.cos(math.pi * progress)) / 2
     for optimizer, base in ((parts.optimizer_g, t.lr_g), (parts.optimizer_d, t.lr_d)):
         for group in optimizer.param_groups:
             group["lr"] = base * factor

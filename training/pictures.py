@@ -59,10 +59,12 @@ class SampleSheet:
         return sheet
 
 
-def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: list[str] | None = None) -> Path:
+def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: list[str] | None = None,
+                psnr_only: bool = False) -> Path:
     """Validation PSNR, g_loss, d_loss, d_score = D(x) and g_score = D(G(z))
     against step, one colour a run, from the runs' files (curves.png of a
-    run, `srgan plot` of several). Raises ImportError without matplotlib."""
+    run, `srgan plot` of several); `psnr_only`: the PSNR panel alone, larger,
+    for comparing learning curves. Raises ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -73,21 +75,27 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
     check_output(out, overwrite)  # before the drawing
     labels = labels or [run.name for run in runs]
     series = [read_run_logs(run) for run in runs]
-    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), constrained_layout=True)
-    panels = {
-        "psnr": (axes[0, 0], "validation PSNR (dB, Y channel)"),
-        "g_loss": (axes[0, 1], "g_loss (log scale)"),
-        "d_loss": (axes[0, 2], "d_loss"),
-        "d_score": (axes[1, 0], "d_score = D(x)"),
-        "g_score": (axes[1, 1], "g_score = D(G(z))"),
-    }
+    if psnr_only:
+        fig, psnr_axes = plt.subplots(1, 2, figsize=(13, 5.5), constrained_layout=True, width_ratios=(3, 1))
+        panels = {"psnr": (psnr_axes[0], "validation PSNR (dB, Y channel)")}
+        legend = psnr_axes[1]
+    else:
+        fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), constrained_layout=True)
+        panels = {
+            "psnr": (axes[0, 0], "validation PSNR (dB, Y channel)"),
+            "g_loss": (axes[0, 1], "g_loss (log scale)"),
+            "d_loss": (axes[0, 2], "d_loss"),
+            "d_score": (axes[1, 0], "d_score = D(x)"),
+            "g_score": (axes[1, 1], "g_score = D(G(z))"),
+        }
+        legend = axes[1, 2]
     colours = plt.get_cmap("tab10").colors
     dashes = ("-", "--", ":", "-.")  # runs that coincide stay visible
     bicubic_drawn: set[float] = set()
     for i, (label, (rows, validation)) in enumerate(zip(labels, series)):
         style = {"color": colours[i % len(colours)], "linestyle": dashes[i % len(dashes)], "linewidth": 1.4,
                  "label": label}
-        for name in ("g_loss", "d_loss", "d_score", "g_score"):
+        for name in ("g_loss", "d_loss", "d_score", "g_score") if not psnr_only else ():
             points = [(r["step"], r[name]) for r in rows if is_number(r.get(name))]
             if points:
                 panels[name][0].plot(*zip(*points), **style)
@@ -102,15 +110,15 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
                 ax.annotate(f"bicubic {bicubic:.2f}", (0, bicubic), xycoords=("axes fraction", "data"),
                             xytext=(4, 3), textcoords="offset points", color="gray", fontsize=8)
                 bicubic_drawn.add(bicubic)
-    panels["g_loss"][0].set_yscale("log") if any(panels["g_loss"][0].lines) else None
-    for name in ("d_score", "g_score"):
-        panels[name][0].set_ylim(0, 1)
+    if not psnr_only:
+        panels["g_loss"][0].set_yscale("log") if any(panels["g_loss"][0].lines) else None
+        for name in ("d_score", "g_score"):
+            panels[name][0].set_ylim(0, 1)
     for ax, title in panels.values():
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    legend = axes[1, 2]
     legend.axis("off")
     handles, names = [], []
     for ax, _ in panels.values():

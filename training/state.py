@@ -14,7 +14,7 @@ from srgan.training.ema import GeneratorEMA
 from srgan.training.step import TrainingParts
 
 # Keys of model.* that fix the shapes of the weights.
-ARCHITECTURE_KEYS = ("scale", "blocks", "channels", "d_channels", "norm")
+ARCHITECTURE_KEYS = ("scale", "blocks", "channels", "d_channels", "norm", "residual", "res_scale")
 
 
 @dataclass
