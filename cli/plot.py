@@ -12,6 +12,8 @@ def plot(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="A .png file. Default for one run: "
                                           "RUN/curves.png (the run's own picture, redrawn); needed for several."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing -o file."),
+    names: List[str] = typer.Option([], "--label", help="The legend's name of each run, in the order given "
+                                    "(repeat it; default: the settings in which the runs differ)."),
     psnr_only: bool = typer.Option(False, "--psnr-only", help="Only the validation PSNR panel, larger "
                                    "(learning curves compared, as in docs/quality.md)."),
 ) -> None:
@@ -32,7 +34,9 @@ def plot(
         raise SrganError(f"-o: {len(folders)} runs to draw: name the picture to write, e.g. -o runs.png")
     if output is not None and output.suffix.lower() != ".png":
         raise SrganError(f"-o {output}: expected a file name ending in .png")
-    labels = run_labels(folders) if len(folders) > 1 else None
+    if names and len(names) != len(folders):
+        raise SrganError(f"--label: {len(names)} given for {len(folders)} runs; give one a run, in order")
+    labels = names or (run_labels(folders) if len(folders) > 1 else None)
     try:
         from srgan.training.pictures import draw_curves
 

@@ -81,7 +81,9 @@ def test_srgan_plot_overlays_runs_with_their_differences_as_legend(srgan, runs_f
     assert srgan("plot", *runs).returncode == 2  # several runs: -o is needed
     assert srgan("plot", *runs, "-o", out).returncode == 2  # exists
     single = tmp_path / "psnr.png"
-    assert srgan("plot", *runs, "-o", single, "--psnr-only").returncode == 0
+    named = ["fast", "mid", "slow"]
+    assert srgan("plot", *runs, "-o", single, "--psnr-only", *(f"--label={n}" for n in named)).returncode == 0
+    assert srgan("plot", *runs, "-o", tmp_path / "x.png", "--label", "one").returncode == 2  # one name, 3 runs
     assert Image.open(single).size == (1040, 440)  # one panel and its legend, not six
 
 
