@@ -104,24 +104,14 @@ def upscale(
     """Megapixels/s and peak memory of srgan upscale, and its speedup over a plain fp32 NCHW forward."""
     from srgan.configs import SrganError, load_config
 
-    try:
-        width, height = (int(v) for v in size.lower().split("x"))
-    except ValueError:
-        raise SrganError(f"--size: expected WxH such as 512x512, got {size!r}") from None
-    if min(width, height, iters) < 1 or warmup < 0:
-        raise SrganError("--size and --iters: expected at least 1; --warmup: 0 or more")
-    resolved = load_config(config, overrides)
+    width, height = frame_size(size, "512x512")
+    if iters < 1 or warmup < 0:
+        raise SrganError("--iters: expected at least 1; --warmup: 0 or more")
     from srgan.bench.upscale import bench_upscale
     from srgan.cli.common import runtime_from_options
-    from srgan.models import Generator
-    from srgan.models.checkpoint import load_generator
 
     runtime = runtime_from_options(device, precision)
-    if checkpoint is not None:
-        generator = load_generator(checkpoint)
-    else:
-        torch_seed(resolved.train.seed)
-        generator = Generator.from_config(resolved.model)
+    generator = bench_generator(checkpoint, load_config(config, overrides))
     result = bench_upscale(generator, runtime, width, height, iters, warmup, baseline)
     if as_json:
         typer.echo(json.dumps(result))
@@ -210,24 +200,14 @@ def video(
     """Frames/s of srgan upscale on a clip (decode, network and encode overlapped) against the network alone."""
     from srgan.configs import SrganError, load_config
 
-    try:
-        width, height = (int(v) for v in size.lower().split("x"))
-    except ValueError:
-        raise SrganError(f"--size: expected WxH such as 320x240, got {size!r}") from None
-    if min(width, height, frames, batch, iters) < 1 or warmup < 0:
-        raise SrganError("--size, --frames, --batch and --iters: expected at least 1; --warmup: 0 or more")
-    resolved = load_config(config, overrides)
+    width, height = frame_size(size, "320x240")
+    if min(frames, batch, iters) < 1 or warmup < 0:
+        raise SrganError("--frames, --batch and --iters: expected at least 1; --warmup: 0 or more")
     from srgan.bench.video import bench_video
     from srgan.cli.common import runtime_from_options
-    from srgan.models import Generator
-    from srgan.models.checkpoint import load_generator
 
     runtime = runtime_from_options(device, precision)
-    if checkpoint is not None:
-        generator = load_generator(checkpoint)
-    else:
-        torch_seed(resolved.train.seed)
-        generator = Generator.from_config(resolved.model)
+    generator = bench_generator(checkpoint, load_config(config, overrides))
     result = bench_video(generator, runtime, width, height, frames, batch, iters, warmup, compare_overlap)
     if as_json:
         typer.echo(json.dumps(result))
@@ -241,3 +221,27 @@ def video(
     )
     if compare_overlap:
         typer.echo(f"the network and the encoder at once: {result['pipeline_overlapped_fps']:.2f} frames/s")
+
+
+def frame_size(size: str, example: str) -> tuple[int, int]:
+    """--size WxH -> (width, height), both at least 1."""
+    from srgan.configs import SrganError
+
+    try:
+        width, height = (int(v) for v in size.lower().split("x"))
+    except ValueError:
+        raise SrganError(f"--size: expected WxH such as {example}, got {size!r}") from None
+    if min(width, height) < 1:
+        raise SrganError(f"--size: expected WxH of at least 1x1, got {size!r}")
+    return width, height
+
+
+def bench_generator(checkpoint, resolved):
+    """The generator to time: a checkpoint's, or random weights (seeded) of the config's architecture."""
+    from srgan.models import Generator
+    from srgan.models.checkpoint import load_generator
+
+    if checkpoint is not None:
+        return load_generator(checkpoint)
+    torch_seed(resolved.train.seed)
+    return Generator.from_config(resolved.model)
