@@ -30,6 +30,18 @@ def machine() -> dict:
     return info
 
 
+def inference_setup(generator, runtime) -> dict:
+    """The fields every inference figure names: which network, on what, how."""
+    return {
+        "scale": generator.scale,
+        "blocks": generator.blocks,
+        "channels": generator.channels,
+        "device": runtime.device.type,
+        "precision": runtime.precision,
+        "channels_last": runtime.channels_last,
+    }
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from srgan.bench.machine import machine, peak_rss_mb, synchronize
+from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
 from srgan.configs import SrganError
 from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
 from srgan.inference.upscale import check_upscale_memory, inference_network, upscale_pixels
@@ -63,12 +63,7 @@ def bench_upscale(generator: Generator, runtime: Runtime, width: int, height: in
         "bench": "upscale",
         "width": width,
         "height": height,
-        "scale": generator.scale,
-        "blocks": generator.blocks,
-        "channels": generator.channels,
-        "device": runtime.device.type,
-        "precision": runtime.precision,
-        "channels_last": runtime.channels_last,
+        **inference_setup(generator, runtime),
         "tile": tile,
         "tile_pad": pad,
         "iters": iters,

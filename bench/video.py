@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from srgan.bench.machine import machine, peak_rss_mb, synchronize
+from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
 from srgan.bench.upscale import test_photo
 from srgan.inference.upscale import UpscaleOptions, inference_network
 from srgan.inference import video
@@ -119,12 +119,7 @@ def bench_video(generator: Generator, runtime: Runtime, width: int, height: int,
         "width": width,
         "height": height,
         "frames": frames,
-        "scale": generator.scale,
-        "blocks": generator.blocks,
-        "channels": generator.channels,
-        "device": runtime.device.type,
-        "precision": runtime.precision,
-        "channels_last": runtime.channels_last,
+        **inference_setup(generator, runtime),
         "batch": per_forward,
         "turns": runtime.device.type == "cpu",  # the network and the encoder take turns at the cores
         "tile": tile,

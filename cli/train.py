@@ -89,7 +89,7 @@ def samples(
     import numpy as np
     from PIL import Image
 
-    from srgan.data.heldout import HELDOUT_PHOTOS, synthetic_images
+    from srgan.data.heldout import HELDOUT_PHOTOS, SYNTHETIC, synthetic_images
     from srgan.data.samples import TRAIN_SAMPLES, VAL_SAMPLES, sample_paths, skimage_file
     from srgan.files import check_output, write_bytes
 
@@ -101,16 +101,18 @@ def samples(
         for name, source in zip(names, sample_paths(names))
     ]
     heldout = folder / "heldout"
-    rgb = [(np.asarray(Image.open(skimage_file(file)).convert("RGB")), heldout / "photos" / f"{name}.png")
-           for name, file in HELDOUT_PHOTOS.items()]
-    rgb += [(pixels, heldout / "synthetic" / f"{name}.png") for name, pixels in synthetic_images().items()]
-    for source, target in plan:  # all refused or none written
+    photo_targets = {name: heldout / "photos" / f"{name}.png" for name in HELDOUT_PHOTOS}
+    synthetic_targets = {name: heldout / "synthetic" / f"{name}.png" for name in SYNTHETIC}
+    for source, target in plan:  # all refused or none written, before anything is decoded or drawn
         check_output(target, force, inputs=(source,))
-    for _, target in rgb:
+    for target in (*photo_targets.values(), *synthetic_targets.values()):
         check_output(target, force)
     for source, target in plan:
         write_bytes(target, source.read_bytes(), overwrite=force, inputs=(source,))
         typer.echo(target)
+    rgb = [(np.asarray(Image.open(skimage_file(file)).convert("RGB")), photo_targets[name])
+           for name, file in HELDOUT_PHOTOS.items()]
+    rgb += [(pixels, synthetic_targets[name]) for name, pixels in synthetic_images().items()]
     for pixels, target in rgb:
         buffer = io.BytesIO()
         Image.fromarray(pixels).save(buffer, format="PNG")

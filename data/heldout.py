@@ -77,6 +77,9 @@ def hard_edges() -> np.ndarray:
     return image
 
 
+SYNTHETIC = {"chart": colour_chart, "gradients": smooth_gradients, "text": text_card, "edges": hard_edges}
+
+
 def synthetic_images() -> dict[str, np.ndarray]:
     """name -> HxWx3 uint8."""
-    return {"chart": colour_chart(), "gradients": smooth_gradients(), "text": text_card(), "edges": hard_edges()}
+    return {name: draw() for name, draw in SYNTHETIC.items()}
