@@ -59,6 +59,9 @@ def test_srgan_runs_ranks_runs_and_says_what_is_broken(srgan, runs_folder):
     assert "train.lr_g" not in rows["lr1e-3"]["changes"]  # the demo preset's own rate
     assert (lr["step"], lr["planned_steps"], lr["state"]) == (4, 4, "finished")
     assert lr["bicubic_psnr"] > 20 and 0 < lr["best_ssim"] < 1 and lr["wall_seconds"] > 0
+    last_validation = (runs_folder / "lr1e-2" / "validation.csv").read_text().splitlines()[-1].split(",")
+    assert lr["last_psnr"] == pytest.approx(float(last_validation[2]), abs=1e-4) and lr["last_psnr"] <= lr["best_psnr"]
+    assert lr["last_ssim"] == pytest.approx(float(last_validation[3]), abs=1e-6)
     assert all(isinstance(lr[name], float) for name in ("d_loss", "g_loss", "d_score", "g_score"))
     assert (rows["stopped"]["state"], rows["stopped"]["step"]) == ("interrupted", 3)
     assert rows["killed"]["state"] == "killed"

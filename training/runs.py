@@ -86,7 +86,8 @@ def run_labels(runs: list[Path]) -> list[str]:
 def summarize(run: Path) -> dict:
     """One row of `srgan runs`; "problem" says what is wrong with a broken folder."""
     row: dict = {"run": str(run), "name": run.name, "preset": None, "changes": {}, "step": None, "planned_steps": None,
-                 "state": None, "best_psnr": None, "best_ssim": None, "best_step": None, "bicubic_psnr": None,
+                 "state": None, "best_psnr": None, "best_ssim": None, "best_step": None, "last_psnr": None,
+                 "last_ssim": None, "bicubic_psnr": None,
                  "bicubic_ssim": None, **{name: None for name in GAN_VALUES}, "wall_seconds": None, "problem": None}
     try:
         config = read_run_config(run)
@@ -99,6 +100,8 @@ def summarize(run: Path) -> dict:
             best = max(scored, key=lambda v: float(v["psnr"]))
             row.update(best_psnr=float(best["psnr"]), best_ssim=float(best["ssim"]), best_step=int(best["step"]),
                        bicubic_psnr=float(best["bicubic_psnr"]), bicubic_ssim=float(best["bicubic_ssim"]))
+            # the last too: a GAN phase trades PSNR away after the best, which "best" alone would hide
+            row.update(last_psnr=float(scored[-1]["psnr"]), last_ssim=float(scored[-1]["ssim"]))
         for name in GAN_VALUES:
             row[name] = next((r[name] for r in reversed(rows) if is_number(r.get(name))), None)
         if row["step"] is None and rows:
@@ -175,14 +178,14 @@ def format_runs(rows: list[dict], root: Path | None = None) -> str:
     keys = {key for r in rows for key in r["changes"]}
     last = [key.split(".")[-1] for key in keys]
     short = {key: key if last.count(key.split(".")[-1]) > 1 else key.split(".")[-1] for key in keys}
-    table = [("run", "preset", "steps", "state", "PSNR / bicubic", "SSIM / bicubic",
+    table = [("run", "preset", "steps", "state", "PSNR best / last / bicubic", "SSIM best / last / bicubic",
               *GAN_VALUES, "wall", "settings that differ from the preset")]
     for r in rows:
         name = str(Path(r["run"]).relative_to(root)) if root and Path(r["run"]).is_relative_to(root) else r["name"]
         changes = ", ".join(f"{short[k]}={short_value(v)}" for k, v in r["changes"].items()) or "-"
         steps = f"{show(r['step'], 'd')}/{show(r['planned_steps'], 'd')}"
-        psnr = f"{show(r['best_psnr'], '.2f')} / {show(r['bicubic_psnr'], '.2f')}"
-        ssim = f"{show(r['best_ssim'], '.4f')} / {show(r['bicubic_ssim'], '.4f')}"
+        psnr = " / ".join(show(r[key], ".2f") for key in ("best_psnr", "last_psnr", "bicubic_psnr"))
+        ssim = " / ".join(show(r[key], ".4f") for key in ("best_ssim", "last_ssim", "bicubic_ssim"))
         wall = "-" if r["wall_seconds"] is None else _duration(r["wall_seconds"])
         table.append((name if name != "." else r["name"], r["preset"] or "-", steps, r["state"] or "-", psnr, ssim,
                       *(show(r[n], ".4f") for n in GAN_VALUES), wall, changes))
