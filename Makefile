@@ -27,7 +27,7 @@ demo: $(STAMP)
 	@echo "look at: $(abspath $(DEMO_OUT)/comparison.png)  (bicubic | SR | original)"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=10
 
 # The first thing to run on a machine with a GPU (under 8 minutes on one):
 # CUDA tests, train + resume, upscale, benchmarks, torchrun with NCCL.
