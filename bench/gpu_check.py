@@ -1,7 +1,8 @@
 """`make gpu-check` (python -m srgan.bench.gpu_check): the one script to run
 first on a machine with a GPU, under 8 minutes on one. It runs the CUDA
 tests, a short training and its resume, an upscale, `srgan bench train`
-(fp32, bf16, bf16 + compile), `srgan bench upscale` and a 1-rank NCCL job
+(fp32 deterministic and not, bf16, bf16 + compile), `srgan bench upscale`
+and a 1-rank NCCL job
 under torchrun, and prints one summary with the figures docs/performance.md
 lacks. Without CUDA the CUDA parts are skipped, each with its reason, and
 the parts that run anywhere (the 1-rank torchrun job, on gloo) still run."""
@@ -74,7 +75,11 @@ def check_upscale(work: Path) -> dict:
 
 def check_bench_train(work: Path) -> dict:
     figures = {}
-    for label, extra in (("fp32", ["train.precision=fp32"]), ("bf16", ["train.precision=bf16"]),
+    # fp32 with deterministic=false beside fp32 (deterministic, the default) is
+    # what train.deterministic costs on CUDA (cuDNN's autotuner off, cuBLAS's fixed workspace).
+    for label, extra in (("fp32", ["train.precision=fp32"]),
+                         ("fp32 nondeterministic", ["train.precision=fp32", "train.deterministic=false"]),
+                         ("bf16", ["train.precision=bf16"]),
                          ("bf16+compile", ["train.precision=bf16", "train.compile=true"])):
         done = srgan("bench", "train", "--set", "train.device=cuda", "--set", "model.blocks=16", "--batch", "16",
                      "--crop", "96", "--iters", "20", "--warmup", "3", "--json", *sets(extra), timeout=420)
