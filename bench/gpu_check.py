@@ -3,8 +3,9 @@ first on a machine with a GPU, under 8 minutes on one. It runs the CUDA
 tests, a short training and its resume, an upscale, `srgan bench train`
 (fp32 deterministic and not, bf16, bf16 + compile), `srgan bench upscale`
 and a 1-rank NCCL job under torchrun, and prints one summary with the
-figures docs/performance.md lacks. Without CUDA the CUDA parts are skipped, each with its reason, and
-the parts that run anywhere (the 1-rank torchrun job, on gloo) still run."""
+figures docs/performance.md lacks. Without CUDA the CUDA parts are
+skipped, each with its reason, and the parts that run anywhere (the 1-rank
+torchrun job, on gloo) still run."""
 from __future__ import annotations
 
 import argparse
