@@ -23,20 +23,31 @@ def _chw(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
 
+def _means(images: list[dict]) -> dict:
+    mean = {
+        kind: {metric: float(np.mean([im[kind][metric] for im in images])) for metric in ("psnr", "ssim")}
+        for kind in ("sr", "bicubic")
+    }
+    mean["gain_psnr"] = mean["sr"]["psnr"] - mean["bicubic"]["psnr"]
+    return mean
+
+
 def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]) -> dict:
-    """Scores per image and their means, one image in memory at a time."""
+    """Scores per image and their means, overall and (for several folders)
+    per folder, as the literature reports Set5 and Set14 apart; one image
+    in memory at a time."""
     scale = generator.scale
-    paths: list[Path] = []
-    for folder in folders:
+    paths: list[tuple[int, Path]] = []  # (index of its folder, image)
+    for index, folder in enumerate(folders):
         if not folder.is_dir():
             raise SrganError(f"{folder}: no such folder")
         found = find_images(folder)
         if not found:
             raise SrganError(f"{folder}: no images in it")
-        paths += found
+        paths += [(index, path) for path in found]
     network = inference_network(generator, runtime)
-    images, failed = [], []
-    for path in paths:
+    images, failed, folder_of = [], [], []
+    for index, path in paths:
         try:
             hr = mod_crop(load_rgb8(path), scale)
         except Exception as error:  # PIL raises many types for a broken file
@@ -55,15 +66,18 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
             "bicubic": {"psnr": psnr_y(bicubic, hr8, scale), "ssim": ssim_y(bicubic, hr8, scale)},
         })
         images[-1]["gain_psnr"] = images[-1]["sr"]["psnr"] - images[-1]["bicubic"]["psnr"]
+        folder_of.append(index)
     if not images:
         raise SrganError(f"{', '.join(str(f) for f in folders)}: no image that decodes and is large enough to evaluate")
-    mean = {
-        kind: {metric: float(np.mean([im[kind][metric] for im in images])) for metric in ("psnr", "ssim")}
-        for kind in ("sr", "bicubic")
-    }
-    mean["gain_psnr"] = mean["sr"]["psnr"] - mean["bicubic"]["psnr"]
-    return {"scale": scale, "convention": CONVENTION.format(scale=scale), "images": images, "mean": mean,
-            "failed": failed}
+    per_folder = []
+    if len(folders) > 1:
+        for index, folder in enumerate(folders):
+            scored = [im for im, i in zip(images, folder_of) if i == index]
+            if scored:
+                per_folder.append({"folder": str(folder), "name": folder.name or str(folder), "images": len(scored),
+                                   **_means(scored)})
+    return {"scale": scale, "convention": CONVENTION.format(scale=scale), "images": images, "mean": _means(images),
+            "folders": per_folder, "failed": failed}
 
 
 def format_table(result: dict) -> str:
@@ -74,13 +88,18 @@ def format_table(result: dict) -> str:
         f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}",
         f"{'image':<{width}}  {'SR psnr':>8} {'SR ssim':>8}  {'bicubic psnr':>12} {'bicubic ssim':>12}  {'gain dB':>7}",
     ]
-    for im in [*result["images"], {"name": "mean", **result["mean"]}]:
+    folder_means = [{**f, "name": f"{f['name']} mean"} for f in result.get("folders", [])]
+    width = max(width, *(len(f["name"]) for f in folder_means)) if folder_means else width
+    rows = [*result["images"], None, *folder_means, {"name": "mean", **result["mean"]}]
+    for im in rows:
+        if im is None:
+            lines.append("-" * len(lines[1]))
+            continue
         lines.append(
             f"{im['name']:<{width}}  {im['sr']['psnr']:8.2f} {im['sr']['ssim']:8.4f}  "
             f"{im['bicubic']['psnr']:12.2f} {im['bicubic']['ssim']:12.4f}  "
             f"{im['gain_psnr']:+7.2f}"
         )
-    lines.insert(len(lines) - 1, "-" * len(lines[1]))
     worst = min(result["images"], key=lambda im: im["gain_psnr"])
     lines.append(f"worst gain: {worst['name']} {worst['gain_psnr']:+.2f} dB")
     return "\n".join(lines)

@@ -75,3 +75,29 @@ def test_evaluate_gives_the_literature_bicubic_on_set5(tmp_path):
     assert row.split()[-1] == f"{baby['gain_psnr']:+.2f}"
     worst = min(scores["images"], key=lambda im: im["gain_psnr"])
     assert f"worst gain: {worst['name']} {worst['gain_psnr']:+.2f} dB" in result.stdout
+
+
+def test_evaluate_gives_a_mean_per_folder_as_the_literature_reports_each_set(tmp_path):
+    from srgan.models import Generator, save_checkpoint
+
+    ckpt = tmp_path / "g.pt"
+    save_checkpoint(ckpt, {
+        "generator": Generator(4, 1, 8).state_dict(), "discriminator": {}, "optimizer_g": {}, "optimizer_d": {},
+        "epoch": 0, "step": 0, "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
+    })
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.fromarray(skimage_photo("coffee")[:128, :160]).save(photos / "coffee.png")
+    Image.fromarray(skimage_photo("chelsea")[:96, :96]).save(photos / "chelsea.png")
+    out = tmp_path / "scores.json"
+    result = run_cli("evaluate", str(SET5), str(photos), "--checkpoint", str(ckpt), "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(out.read_text())
+    assert [(f["name"], f["images"]) for f in scores["folders"]] == [("Set5", 5), ("photos", 2)]
+    set5, mine = scores["images"][:5], scores["images"][5:]
+    for folder, images in zip(scores["folders"], (set5, mine)):
+        assert folder["bicubic"]["psnr"] == pytest.approx(np.mean([im["bicubic"]["psnr"] for im in images]))
+        assert folder["gain_psnr"] == pytest.approx(np.mean([im["gain_psnr"] for im in images]))
+    assert round(scores["folders"][0]["bicubic"]["psnr"], 2) == 28.43  # Set5 alone, as in the literature
+    assert scores["mean"]["sr"]["psnr"] == pytest.approx(np.mean([im["sr"]["psnr"] for im in scores["images"]]))
+    assert "Set5 mean" in result.stdout and "photos mean" in result.stdout
