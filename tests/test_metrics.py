@@ -49,7 +49,8 @@ def test_y_channel_is_matlabs_rgb2ycbcr():
     assert rgb8_to_y(pixels[1]).item() == pytest.approx(235.0)
 
 
-def test_evaluate_gives_the_literature_bicubic_on_set5(tmp_path):
+def tiny_checkpoint(tmp_path: Path) -> Path:
+    """A bare generator checkpoint (1 block, 8 channels, x4) to score with."""
     from srgan.models import Generator, save_checkpoint
 
     ckpt = tmp_path / "g.pt"
@@ -57,6 +58,11 @@ def test_evaluate_gives_the_literature_bicubic_on_set5(tmp_path):
         "generator": Generator(4, 1, 8).state_dict(), "discriminator": {}, "optimizer_g": {}, "optimizer_d": {},
         "epoch": 0, "step": 0, "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
     })
+    return ckpt
+
+
+def test_evaluate_gives_the_literature_bicubic_on_set5(tmp_path):
+    ckpt = tiny_checkpoint(tmp_path)
     out = tmp_path / "scores.json"
     result = run_cli("evaluate", str(SET5), "--checkpoint", str(ckpt), "--json", str(out))
     assert result.returncode == 0, result.stderr
@@ -78,13 +84,7 @@ def test_evaluate_gives_the_literature_bicubic_on_set5(tmp_path):
 
 
 def test_evaluate_gives_a_mean_per_folder_as_the_literature_reports_each_set(tmp_path):
-    from srgan.models import Generator, save_checkpoint
-
-    ckpt = tmp_path / "g.pt"
-    save_checkpoint(ckpt, {
-        "generator": Generator(4, 1, 8).state_dict(), "discriminator": {}, "optimizer_g": {}, "optimizer_d": {},
-        "epoch": 0, "step": 0, "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
-    })
+    ckpt = tiny_checkpoint(tmp_path)
     photos = tmp_path / "photos"
     photos.mkdir()
     Image.fromarray(skimage_photo("coffee")[:128, :160]).save(photos / "coffee.png")
