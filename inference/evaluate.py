@@ -83,13 +83,12 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
 def format_table(result: dict) -> str:
     """Per image and on average: SR and bicubic, and SR's gain over bicubic
     in PSNR (dB; negative where the model does worse than bicubic)."""
-    width = max(12, *(len(im["name"]) for im in result["images"]))
+    folder_means = [{**f, "name": f"{f['name']} mean"} for f in result.get("folders", [])]
+    width = max(12, *(len(im["name"]) for im in [*result["images"], *folder_means]))
     lines = [
         f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}",
         f"{'image':<{width}}  {'SR psnr':>8} {'SR ssim':>8}  {'bicubic psnr':>12} {'bicubic ssim':>12}  {'gain dB':>7}",
     ]
-    folder_means = [{**f, "name": f"{f['name']} mean"} for f in result.get("folders", [])]
-    width = max(width, *(len(f["name"]) for f in folder_means)) if folder_means else width
     rows = [*result["images"], None, *folder_means, {"name": "mean", **result["mean"]}]
     for im in rows:
         if im is None:
