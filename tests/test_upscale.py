@@ -260,6 +260,8 @@ def test_command_mistakes_exit_2_before_any_work(checkpoint, tmp_path, args, mes
     result = run_cli("upscale", str(tmp_path / "a.png"), str(tmp_path / "b.png"), "-k", str(path), *args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    # Before any work: nothing written beside the inputs (or at -o), not even a temporary file.
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.png", "b.png"]
 
 
 # --- leftthomas/SRGAN generators --------------------------------------------
