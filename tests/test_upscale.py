@@ -124,7 +124,7 @@ class OutOfMemoryAbove(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.inputs.append(tuple(x.shape[-2:]))
         if x.shape[-2] * x.shape[-1] > self.pixels:
-            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate a {tuple(x.shape)} input's activations")
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate for a {tuple(x.shape)} input")
         return self.generator(x)
 
 
