@@ -1,6 +1,7 @@
 """`srgan` as a user runs it: real processes, real files, exit codes."""
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -47,8 +48,16 @@ def test_train_writes_the_run_folder(trained_run):
 
 
 def test_progress_bar_shows_the_four_values(trained_run):
-    _, result = trained_run
-    assert "[1/1] d_loss" in result.stderr and "g_score" in result.stderr
+    """The bar's last text: each of the four values with its number, the
+    last logged row's (log_every=1: step 2's), to four decimals."""
+    run_dir, result = trained_run
+    last_row = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    bars = [line for line in result.stderr.splitlines() if line.startswith("[1/1] ") and "%|" in line]
+    assert bars, result.stderr
+    for name in ("d_loss", "g_loss", "d_score", "g_score"):
+        shown = re.search(rf"(?<!\w){name} (-?\d+\.\d{{4}})(?![\d\w])", bars[-1])
+        assert shown, (name, bars[-1])
+        assert shown.group(1) == f"{last_row[name]:.4f}", (name, bars[-1], last_row)
 
 
 def test_train_refuses_a_folder_that_holds_a_run(trained_run, photo_dir):
@@ -130,8 +139,8 @@ def test_corrupt_and_foreign_checkpoints_are_one_line_errors(tmp_path):
     torch.save({"weights": torch.zeros(2)}, foreign)
     for path, message in ((corrupt, "not a readable checkpoint"), (foreign, "not an srgan checkpoint")):
         result = run_cli("upscale", str(photo), "--checkpoint", str(path))
-        assert result.returncode == 2 and message in result.stderr
-        assert "Traceback" not in result.stderr
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_config_show_prints_the_resolved_yaml():

@@ -1,6 +1,9 @@
 """CUDA: mixed precision with its gradient scaler, channels_last, compile, the
 out-of-memory tile retry, cuda:K. Skipped (with the reason) without a GPU;
-`make gpu-check` runs them first on a machine that has one."""
+`make gpu-check` runs them first on a machine that has one. What a CPU can
+check runs everywhere: the tile halving on an out-of-memory error in
+test_upscale.py, the refusals of cuda and fp16 without a GPU in
+test_cpu_refusals.py."""
 from __future__ import annotations
 
 import pytest

@@ -44,9 +44,24 @@ def test_psnr_and_ssim_agree_with_scikit_image(pair):
 
 
 def test_y_channel_is_matlabs_rgb2ycbcr():
-    pixels = torch.tensor([[[0]], [[0]], [[0]]], dtype=torch.uint8), torch.full((3, 1, 1), 255, dtype=torch.uint8)
-    assert rgb8_to_y(pixels[0]).item() == pytest.approx(16.0)
-    assert rgb8_to_y(pixels[1]).item() == pytest.approx(235.0)
+    """BT.601 as MATLAB's rgb2ycbcr: Y = 16 + 65.481 R + 128.553 G + 24.966 B
+    (R, G, B in [0, 1]). Black, white and grey hold for any weights summing
+    to 219; the primaries tell BT.601 from BT.709 (46.559, 156.629, 15.812)
+    and RGB from BGR."""
+    colours = {  # (R, G, B) in 0..255 -> Y
+        "black": ((0, 0, 0), 16.0),
+        "white": ((255, 255, 255), 235.0),
+        "red": ((255, 0, 0), 16.0 + 65.481),
+        "green": ((0, 255, 0), 16.0 + 128.553),
+        "blue": ((0, 0, 255), 16.0 + 24.966),
+        "mid grey": ((128, 128, 128), 16.0 + 219.0 * 128 / 255),
+    }
+    # One row of pixels, 3xHxW as the metrics take them: each colour in its own column.
+    row = torch.tensor([rgb for rgb, _ in colours.values()], dtype=torch.uint8).T.reshape(3, 1, len(colours))
+    y = rgb8_to_y(row)
+    assert y.shape == (1, len(colours))
+    for (name, (_, want)), got in zip(colours.items(), y[0].tolist()):
+        assert got == pytest.approx(want, abs=1e-9), name
 
 
 def tiny_checkpoint(tmp_path: Path) -> Path:

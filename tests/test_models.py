@@ -137,24 +137,31 @@ def test_icnr_starts_the_sub_pixel_convolutions_as_nearest_neighbour():
 
 
 def test_the_cosine_schedule_warms_up_decays_over_pretraining_then_follows_the_milestones():
+    """min_factor (0.2) and gamma (0.5) differ, so a schedule that ignored the
+    milestones, or kept the cosine's floor after pretraining, gives other
+    rates; both optimizers follow it, each from its own base rate."""
     from srgan.configs import load_config
     from srgan.models import resolve_runtime
     from srgan.training.loop import build_parts, set_learning_rates
 
     config = load_config("demo", ["model.blocks=1", "model.channels=8", "model.d_channels=8",
-                                  "loss.perceptual.weights=none", "train.lr_g=1e-3", "train.pretrain_steps=100",
-                                  "train.lr_schedule.kind=cosine", "train.lr_schedule.warmup_steps=10",
-                                  "train.lr_schedule.min_factor=0.1", "train.lr_schedule.milestones=[100]"])
+                                  "loss.perceptual.weights=none", "train.lr_g=1e-3", "train.lr_d=4e-4",
+                                  "train.pretrain_steps=100", "train.lr_schedule.kind=cosine",
+                                  "train.lr_schedule.warmup_steps=10", "train.lr_schedule.min_factor=0.2",
+                                  "train.lr_schedule.gamma=0.5", "train.lr_schedule.milestones=[100, 300]"])
     parts = build_parts(config, resolve_runtime("cpu", "fp32"))
 
-    def lr_at(step):
+    def factor_at(step):
         set_learning_rates(parts, config.train, step)
-        return parts.optimizer_g.param_groups[0]["lr"]
+        lr_g = parts.optimizer_g.param_groups[0]["lr"]
+        assert parts.optimizer_d.param_groups[0]["lr"] == pytest.approx(lr_g * 0.4)  # lr_d / lr_g
+        return lr_g / 1e-3
 
-    assert lr_at(1) == pytest.approx(1e-4) and lr_at(10) == pytest.approx(1e-3)  # the warm-up
-    assert lr_at(55) == pytest.approx(1e-3 * (0.1 + 0.9 * 0.5))  # halfway down the cosine
-    assert lr_at(100) == pytest.approx(1e-4)  # the end of pretraining: min_factor
-    assert lr_at(101) == pytest.approx(1e-4)  # the GAN phase: the milestone's gamma
+    assert factor_at(1) == pytest.approx(0.1) and factor_at(10) == pytest.approx(1)  # the warm-up
+    assert factor_at(55) == pytest.approx(0.2 + 0.8 * 0.5)  # halfway down the cosine
+    assert factor_at(100) == pytest.approx(0.2)  # the end of pretraining: min_factor, no milestone yet
+    assert factor_at(101) == pytest.approx(0.5)  # the GAN phase: the first milestone's gamma, no cosine
+    assert factor_at(300) == pytest.approx(0.5) and factor_at(301) == pytest.approx(0.25)  # the second one
 
 
 def test_a_residual_checkpoint_loads_and_upscales_by_tiles_exactly(tmp_path):

@@ -110,13 +110,20 @@ def test_linear_loss_and_scores_agree():
     assert all(v.dim() == 0 and not v.requires_grad for v in stats.values())
 
 
-def test_generator_step_leaves_the_discriminator_alone():
+@pytest.mark.parametrize("image_only", [True, False])
+def test_generator_step_leaves_the_discriminator_alone(image_only):
+    """The G-only step (pretraining, SRResNet) moves every weight of G and
+    not one bit of D: parameters, BN statistics and gradients."""
     parts = make_parts()
-    before = copy.deepcopy(parts.discriminator.state_dict())
-    stats = generator_step(parts, *batches(1)[0], image_only=True)
-    assert set(stats) == {"g_loss", "image"}
-    for k, v in parts.discriminator.state_dict().items():
-        assert torch.equal(v, before[k])
+    d_before = copy.deepcopy(parts.discriminator.state_dict())
+    g_before = copy.deepcopy(parts.generator.state_dict())
+    stats = generator_step(parts, *batches(1)[0], image_only=image_only)
+    assert (set(stats) == {"g_loss", "image"}) if image_only else ("adversarial" not in stats)
+    d_after = parts.discriminator.state_dict()
+    assert all(torch.equal(d_after[k], v) for k, v in d_before.items())
+    assert all(p.grad is None for p in parts.discriminator.parameters())
+    moved = {name: not torch.equal(p, g_before[name]) for name, p in parts.generator.named_parameters()}
+    assert all(moved.values()), [name for name, changed in moved.items() if not changed]
 
 
 def test_bf16_autocast_step_is_finite():

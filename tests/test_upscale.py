@@ -110,6 +110,57 @@ def test_auto_tile_runs_small_images_whole_and_bounds_big_ones():
     assert auto_tile(g, Runtime(torch.device("cpu"), "bf16"), 3000, 4000, pad) > tile
 
 
+
+class OutOfMemoryAbove(torch.nn.Module):
+    """A generator on a device with room for `pixels` input pixels a forward:
+    a larger input raises the error CUDA's allocator raises. Records the
+    input sizes it was given."""
+
+    def __init__(self, generator: torch.nn.Module, pixels: int):
+        super().__init__()
+        self.generator, self.pixels, self.inputs = generator, pixels, []
+        self.scale, self.receptive_radius = generator.scale, generator.receptive_radius
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.inputs.append(tuple(x.shape[-2:]))
+        if x.shape[-2] * x.shape[-1] > self.pixels:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate for a {tuple(x.shape)} input")
+        return self.generator(x)
+
+
+def test_out_of_memory_halves_the_tile_and_the_output_is_exact(caplog):
+    """80x96 LR, room for 2000 input pixels a forward: the whole image (7680)
+    and 48 px tiles (50x58 with their context) fail, 24 px tiles (at most
+    40x44) fit. The result is the 24 px tiles' own, bit for bit, and the
+    whole image's to within a level."""
+    import logging
+
+    from srgan.inference.upscale import inference_network, upscale_pixels
+
+    network = inference_network(random_generator(4, 1, 8), CPU32)
+    image = photo("astronaut", 100, 150, 80, 96)
+    small = OutOfMemoryAbove(network, 2000)
+    with caplog.at_level(logging.WARNING, logger="srgan"):
+        out = upscale_pixels(small, image, CPU32, tile=0)
+    assert small.inputs[:2] == [(80, 96), (50, 58)] and len(small.inputs) == 2 + 16
+    assert max(h * w for h, w in small.inputs[2:]) <= 2000
+    warnings = [r.getMessage() for r in caplog.records if "retrying with --tile" in r.getMessage()]
+    assert [w.split(": ")[-1] for w in warnings] == ["retrying with --tile 48", "retrying with --tile 24"], warnings
+    assert np.array_equal(out, upscale_pixels(network, image, CPU32, tile=24))
+    whole = upscale_pixels(network, image, CPU32, tile=0)
+    assert np.abs(out.astype(int) - whole).max() <= 1
+
+
+def test_out_of_memory_at_the_smallest_tile_is_one_line():
+    from srgan.inference.tiles import MIN_TILE
+    from srgan.inference.upscale import inference_network, upscale_pixels
+
+    small = OutOfMemoryAbove(inference_network(random_generator(4, 1, 8), CPU32), 100)
+    with pytest.raises(SrganError, match=f"out of memory even with {MIN_TILE} px tiles") as refused:
+        upscale_pixels(small, photo("astronaut", 100, 150, 80, 96), CPU32, tile=0)
+    assert "\n" not in str(refused.value)
+
+
 # --- reading and writing in kind --------------------------------------------
 
 def test_16_bit_pngs_of_every_colour_type_round_trip(tmp_path):
@@ -260,6 +311,8 @@ def test_command_mistakes_exit_2_before_any_work(checkpoint, tmp_path, args, mes
     result = run_cli("upscale", str(tmp_path / "a.png"), str(tmp_path / "b.png"), "-k", str(path), *args)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    # Before any work: nothing written beside the inputs (or at -o), not even a temporary file.
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.png", "b.png"]
 
 
 # --- leftthomas/SRGAN generators --------------------------------------------

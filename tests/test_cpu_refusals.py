@@ -1,0 +1,63 @@
+"""Asking for CUDA where there is none: `--device cuda`, `train.device=cuda`
+and fp16 (CUDA only) are one line on stderr, exit status 2, before any
+work: no output, no run folder. These need a machine without a GPU (as the
+test machines are); test_cuda.py covers the GPU side."""
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image
+
+from conftest import assert_refused, set_args, skimage_photo, tiny_overrides
+from srgan.models import Generator, save_checkpoint
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+
+NO_CUDA = "device cuda: no CUDA device is available (use auto or cpu)"
+FP16 = "precision fp16: needs a CUDA device (use auto, fp32 or bf16 on the CPU)"
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """An image in its own folder and a tiny generator checkpoint beside it."""
+    (tmp_path / "in").mkdir()
+    Image.fromarray(skimage_photo("coffee")[:32, :32]).save(tmp_path / "in" / "coffee.png")
+    save_checkpoint(tmp_path / "g.pt", {
+        "generator": Generator(4, 1, 8).state_dict(), "discriminator": {}, "optimizer_g": {}, "optimizer_d": {},
+        "epoch": 0, "step": 0, "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
+    })
+    return tmp_path
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--device", "cuda"], NO_CUDA),
+    (["--device", "cuda:0"], NO_CUDA.replace("cuda:", "cuda:0:")),
+    (["--device", "cpu", "--precision", "fp16"], FP16),
+    (["--precision", "fp16"], FP16),  # auto picks the CPU here
+])
+@pytest.mark.parametrize("command", ["upscale", "evaluate", "compare"])
+def test_commands_refuse_cuda_and_fp16_without_a_gpu(srgan, inputs, command, options, message):
+    photo, checkpoint = inputs / "in" / "coffee.png", inputs / "g.pt"
+    args = {
+        "upscale": ["upscale", photo, "-k", checkpoint],
+        "evaluate": ["evaluate", photo.parent, "-k", checkpoint, "--json", inputs / "scores.json"],
+        "compare": ["compare", checkpoint, photo, "-o", inputs / "cmp.png"],
+    }[command]
+    result = srgan(*args, *options)
+    assert_refused(result, message)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert sorted(p.relative_to(inputs).as_posix() for p in inputs.rglob("*")) == ["g.pt", "in", "in/coffee.png"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["train.device=cuda"], NO_CUDA),
+    (["train.device=cuda:0"], NO_CUDA.replace("cuda:", "cuda:0:")),
+    (["train.precision=fp16"], FP16),  # tiny_overrides' train.device=cpu
+    (["train.device=auto", "train.precision=fp16"], FP16),
+])
+def test_train_refuses_cuda_and_fp16_without_a_gpu(srgan, photo_dir, tmp_path, overrides, message):
+    run_dir = tmp_path / "run"
+    result = srgan("train", "--config", "demo", *set_args(tiny_overrides(photo_dir, run_dir, *overrides)))
+    assert_refused(result, message)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert list(tmp_path.iterdir()) == []  # no run folder begun
