@@ -40,7 +40,7 @@ class StepBench:
     def __init__(self, config: Config):
         self.config = config
         t = config.train
-        self.runtime = resolve_runtime(t.device, t.precision, t.channels_last)
+        self.runtime = resolve_runtime(t.device, t.precision, t.channels_last, keys=("train.device", "train.precision"))
         torch.manual_seed(t.seed)
         self.deterministic = t.deterministic
         self.parts = build_parts(config, self.runtime)

@@ -49,22 +49,25 @@ class Runtime:
         return f"device {where}, precision {self.precision}, {layout}"
 
 
-def resolve_runtime(device: str = "auto", precision: str = "auto", channels_last: bool = True) -> Runtime:
+def resolve_runtime(device: str = "auto", precision: str = "auto", channels_last: bool = True,
+                    keys: tuple[str, str] = ("--device", "--precision")) -> Runtime:
     """`device` auto: CUDA when available. `precision` auto: bf16 where the
     device runs it fast (CUDA with bf16 support, a CPU with AMX or
-    AVX512-BF16), else fp32. fp16 is CUDA only (CPU fp16 is slow and lossy)."""
+    AVX512-BF16), else fp32. fp16 is CUDA only (CPU fp16 is slow and lossy).
+    `keys` name the option or config key each came from, for the refusals."""
+    device_key, precision_key = keys
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SrganError(f"device {device}: no CUDA device is available (use auto or cpu)")
+        raise SrganError(f"{device_key} {device}: no CUDA device is available (use auto or cpu)")
     if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
-        raise SrganError(f"device {device}: this machine has {torch.cuda.device_count()} CUDA devices (0 to "
+        raise SrganError(f"{device_key} {device}: this machine has {torch.cuda.device_count()} CUDA devices (0 to "
                          f"{torch.cuda.device_count() - 1})")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     chosen = torch.device(device)
     if precision == "fp16" and chosen.type != "cuda":
-        raise SrganError("precision fp16: needs a CUDA device (use auto, fp32 or bf16 on the CPU)")
+        raise SrganError(f"{precision_key} fp16: needs a CUDA device (use auto, fp32 or bf16 on the CPU)")
     if precision == "bf16" and chosen.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise SrganError("precision bf16: this GPU does not support bf16 (use fp16 or fp32)")
+        raise SrganError(f"{precision_key} bf16: this GPU does not support bf16 (use fp16 or fp32)")
     if precision == "auto":
         precision = "bf16" if fast_bf16(chosen) else "fp32"
     return Runtime(chosen, precision, channels_last)

@@ -13,8 +13,8 @@ from srgan.models import Generator, save_checkpoint
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 
-NO_CUDA = "device cuda: no CUDA device is available (use auto or cpu)"
-FP16 = "precision fp16: needs a CUDA device (use auto, fp32 or bf16 on the CPU)"
+NO_CUDA = "{key} cuda: no CUDA device is available (use auto or cpu)"
+FP16 = "{key} fp16: needs a CUDA device (use auto, fp32 or bf16 on the CPU)"
 
 
 @pytest.fixture
@@ -30,10 +30,10 @@ def inputs(tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--device", "cuda"], NO_CUDA),
-    (["--device", "cuda:0"], NO_CUDA.replace("cuda:", "cuda:0:")),
-    (["--device", "cpu", "--precision", "fp16"], FP16),
-    (["--precision", "fp16"], FP16),  # auto picks the CPU here
+    (["--device", "cuda"], NO_CUDA.format(key="--device")),
+    (["--device", "cuda:0"], NO_CUDA.format(key="--device").replace("cuda:", "cuda:0:")),
+    (["--device", "cpu", "--precision", "fp16"], FP16.format(key="--precision")),
+    (["--precision", "fp16"], FP16.format(key="--precision")),  # auto picks the CPU here
 ])
 @pytest.mark.parametrize("command", ["upscale", "evaluate", "compare"])
 def test_commands_refuse_cuda_and_fp16_without_a_gpu(srgan, inputs, command, options, message):
@@ -50,10 +50,10 @@ def test_commands_refuse_cuda_and_fp16_without_a_gpu(srgan, inputs, command, opt
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["train.device=cuda"], NO_CUDA),
-    (["train.device=cuda:0"], NO_CUDA.replace("cuda:", "cuda:0:")),
-    (["train.precision=fp16"], FP16),  # tiny_overrides' train.device=cpu
-    (["train.device=auto", "train.precision=fp16"], FP16),
+    (["train.device=cuda"], NO_CUDA.format(key="train.device")),
+    (["train.device=cuda:0"], NO_CUDA.format(key="train.device").replace("cuda:", "cuda:0:")),
+    (["train.precision=fp16"], FP16.format(key="train.precision")),  # tiny_overrides' train.device=cpu
+    (["train.device=auto", "train.precision=fp16"], FP16.format(key="train.precision")),
 ])
 def test_train_refuses_cuda_and_fp16_without_a_gpu(srgan, photo_dir, tmp_path, overrides, message):
     run_dir = tmp_path / "run"
