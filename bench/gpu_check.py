@@ -59,8 +59,8 @@ def check_train_and_resume(work: Path) -> dict:
 
 
 def check_upscale(work: Path) -> dict:
-    from PIL import Image
     import skimage.data
+    from PIL import Image
 
     photo = work / "photo.png"
     Image.fromarray(skimage.data.astronaut()).save(photo)

@@ -22,8 +22,8 @@ from srgan.models import Generator, Runtime
 def test_photo(width: int, height: int) -> np.ndarray:
     """A real photo (scikit-image's astronaut) resized to the size, or noise without scikit-image."""
     try:
-        from srgan.data.samples import sample_paths
         from srgan.data import load_rgb8
+        from srgan.data.samples import sample_paths
 
         photo = load_rgb8(sample_paths(["astronaut"])[0])
         return np.array(Image.fromarray(photo).resize((width, height), Image.BICUBIC))

@@ -17,8 +17,8 @@ import numpy as np
 
 from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
 from srgan.bench.upscale import test_photo
-from srgan.inference.upscale import UpscaleOptions, inference_network
 from srgan.inference import video
+from srgan.inference.upscale import UpscaleOptions, inference_network
 from srgan.inference.video import frames_per_forward, require_av, upscale_batch, upscale_video
 from srgan.models import Generator, Runtime
 

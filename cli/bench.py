@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -14,20 +13,20 @@ bench_app = typer.Typer(no_args_is_help=True, help="Time the training step and t
 
 @bench_app.command("train")
 def train(
-    config: Optional[str] = typer.Option("leftthomas_x4", "--config", "-c", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    config: str | None = typer.Option("leftthomas_x4", "--config", "-c", help=CONFIG_HELP),
+    overrides: list[str] = typer.Option([], "--set", "-s", help=SET_HELP),
     batch: int = typer.Option(16, "--batch", help="Crops per step."),
     crop: int = typer.Option(96, "--crop", help="HR crop side."),
     iters: int = typer.Option(5, "--iters", help="Timed steps (after the warm-up)."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed steps first."),
-    yardstick: Optional[Path] = typer.Option(
+    yardstick: Path | None = typer.Option(
         None, "--yardstick", help="Also time this yardstick script (../shared/bench/yardstick_step.py) on the same shapes."
     ),
     compare_update: bool = typer.Option(
         False, "--compare-update", help="Also time the other gan.update (retain_graph / detach), the two steps "
         "taken in turn in one process, and report retain_over_detach."
     ),
-    compare: Optional[str] = typer.Option(
+    compare: str | None = typer.Option(
         None, "--compare", help="Also time the config with this one setting changed (KEY=VALUE, e.g. "
         "train.deterministic=false), the two steps taken in turn, and report compared_over_this."
     ),
@@ -90,10 +89,10 @@ def train(
 @bench_app.command("upscale")
 def upscale(
     size: str = typer.Option("512x512", "--size", help="Input size WxH (a real photo resized to it)."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-k", help="A trained generator; default: "
+    checkpoint: Path | None = typer.Option(None, "--checkpoint", "-k", help="A trained generator; default: "
                                               "random weights of the config's architecture."),
-    config: Optional[str] = typer.Option("srgan_x4", "--config", "-c", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    config: str | None = typer.Option("srgan_x4", "--config", "-c", help=CONFIG_HELP),
+    overrides: list[str] = typer.Option([], "--set", "-s", help=SET_HELP),
     iters: int = typer.Option(3, "--iters", help="Timed runs (after the warm-up)."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed runs first."),
     baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Also time a plain fp32 NCHW forward."),
@@ -130,8 +129,8 @@ def upscale(
 
 @bench_app.command("data")
 def data(
-    config: Optional[str] = typer.Option("srresnet_x4", "--config", "-c", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    config: str | None = typer.Option("srresnet_x4", "--config", "-c", help=CONFIG_HELP),
+    overrides: list[str] = typer.Option([], "--set", "-s", help=SET_HELP),
     batches: int = typer.Option(50, "--batches", help="Timed batches (after 2 untimed)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
 ) -> None:
@@ -164,8 +163,8 @@ def photos(
     force: bool = typer.Option(False, "--force", help="Overwrite photos already there."),
 ) -> None:
     """DIV2K-like photos made from scikit-image's, to benchmark data loading when no real set is at hand."""
-    from srgan.configs import SrganError
     from srgan.bench.data import check_photo_size, make_photos
+    from srgan.configs import SrganError
 
     if not 1 <= count <= 10000:
         raise SrganError(f"--count: expected 1 to 10000, got {count}")
@@ -185,10 +184,10 @@ def video(
     size: str = typer.Option("320x240", "--size", help="Frame size WxH of the clip (a pan over a real photo)."),
     frames: int = typer.Option(24, "--frames", help="Frames in the clip (25 fps, with an AAC tone)."),
     batch: int = typer.Option(4, "--batch", help="Frames per forward pass, as srgan upscale --batch."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-k", help="A trained generator; default: "
+    checkpoint: Path | None = typer.Option(None, "--checkpoint", "-k", help="A trained generator; default: "
                                               "random weights of the config's architecture."),
-    config: Optional[str] = typer.Option("demo", "--config", "-c", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    config: str | None = typer.Option("demo", "--config", "-c", help=CONFIG_HELP),
+    overrides: list[str] = typer.Option([], "--set", "-s", help=SET_HELP),
     iters: int = typer.Option(2, "--iters", help="Timed rounds (after the warm-up)."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed rounds first."),
     compare_overlap: bool = typer.Option(False, "--compare-overlap", help="On the CPU, also time srgan upscale with "

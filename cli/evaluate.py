@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -37,9 +36,9 @@ def compare(
 
 
 def evaluate(
-    folders: List[Path] = typer.Argument(..., help="Folders of high-resolution images (e.g. Set5, Set14)."),
+    folders: list[Path] = typer.Argument(..., help="Folders of high-resolution images (e.g. Set5, Set14)."),
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="A checkpoint file or a run folder."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the scores to this JSON file."),
+    json_path: Path | None = typer.Option(None, "--json", help="Also write the scores to this JSON file."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --json file."),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     precision: str = typer.Option("fp32", help=PRECISION_HELP + " Default fp32: figures to quote."),

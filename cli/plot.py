@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 
 def plot(
-    runs: List[Path] = typer.Argument(..., help="Run folders (a folder of runs, e.g. a sweep, stands for all of them)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="A .png file. Default for one run: "
+    runs: list[Path] = typer.Argument(..., help="Run folders (a folder of runs, e.g. a sweep, stands for all of them)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="A .png file. Default for one run: "
                                           "RUN/curves.png (the run's own picture, redrawn); needed for several."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing -o file."),
-    names: List[str] = typer.Option([], "--label", help="The legend's name of each run, in the order given "
+    names: list[str] = typer.Option([], "--label", help="The legend's name of each run, in the order given "
                                     "(repeat it; default: the settings in which the runs differ)."),
     psnr_only: bool = typer.Option(False, "--psnr-only", help="Only the validation PSNR panel, larger "
                                    "(learning curves compared, as in docs/quality.md)."),

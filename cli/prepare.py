@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List
 
 import typer
 
 
 def prepare(
-    sources: List[Path] = typer.Argument(..., help="Folders of images (searched recursively) or image files."),
+    sources: list[Path] = typer.Argument(..., help="Folders of images (searched recursively) or image files."),
     output: Path = typer.Option(..., "--output", "-o", help="The dataset folder to write (use it as data.train)."),
     workers: int = typer.Option(os.cpu_count() or 1, "--workers", help="Images decoded at once."),
     force: bool = typer.Option(False, "--force", help="Replace an existing prepared dataset."),

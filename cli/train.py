@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -10,13 +9,13 @@ from srgan.cli.common import CONFIG_HELP, SET_HELP
 
 
 def train(
-    config: Optional[str] = typer.Option(None, "--config", "-c", help=CONFIG_HELP + " Default: demo."),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
-    resume: Optional[Path] = typer.Option(
+    config: str | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP + " Default: demo."),
+    overrides: list[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    resume: Path | None = typer.Option(
         None, "--resume", help="A run folder to continue from its checkpoints/last.pt (with its config.yaml "
         "unless --config is given; --set still applies), or a sweep folder to continue."
     ),
-    sweep: List[str] = typer.Option(
+    sweep: list[str] = typer.Option(
         [], "--sweep", help="KEY=V1,V2[,...]: train one variant per value, one after another, each in its own "
         "folder inside the sweep folder (train.run_dir, default runs/<name>-sweep-<time>); repeat for a grid."
     ),
@@ -32,7 +31,8 @@ def train(
             raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
         config = str(resume / "config.yaml")
     resolved = load_config(config, overrides)  # before importing torch: bad keys fail fast
-    from srgan.training import TrainingInterrupted, train as run_training
+    from srgan.training import TrainingInterrupted
+    from srgan.training import train as run_training
 
     try:
         run_training(resolved, resume=resume)
@@ -70,7 +70,7 @@ def config_list() -> None:
 
 def config_show(
     name: str = typer.Argument("demo", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    overrides: list[str] = typer.Option([], "--set", "-s", help=SET_HELP),
 ) -> None:
     """Print a config fully resolved (defaults and overrides applied), as YAML."""
     from srgan.configs import config_to_yaml, load_config

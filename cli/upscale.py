@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -12,25 +11,25 @@ from srgan.configs import SrganError
 
 
 def upscale(
-    inputs: List[Path] = typer.Argument(..., help="Image or video files, or folders of them."),
+    inputs: list[Path] = typer.Argument(..., help="Image or video files, or folders of them."),
     checkpoint: Path = typer.Option(
         ..., "--checkpoint", "-k",
         help="A checkpoint file, a run folder, or a leftthomas/SRGAN netG_epoch_*.pth.",
     ),
-    output: Optional[Path] = typer.Option(
+    output: Path | None = typer.Option(
         None, "--output", "-o", help="A folder, or for one input a file name: .png/.jpg/.webp for an image, "
         ".mp4/.mkv/.mov for a video. Default: beside each input.",
     ),
     ext: str = typer.Option("png", "--ext", help="png, jpg or webp (images with alpha stay png when jpg is asked)."),
     quality: int = typer.Option(95, "--quality", help="jpg and webp quality, 1-100."),
-    suffix: Optional[str] = typer.Option(None, "--suffix", help="Added to each stem. Default: _x<scale>."),
-    outscale: Optional[float] = typer.Option(
+    suffix: str | None = typer.Option(None, "--suffix", help="Added to each stem. Default: _x<scale>."),
+    outscale: float | None = typer.Option(
         None, "--outscale", help="Final scale, any number > 0: the network's output is resized (Lanczos) to it.",
     ),
     tile: str = typer.Option(
         "auto", "--tile", help="Tile side in input pixels; 0 = the whole image at once; auto = sized to free memory.",
     ),
-    tile_pad: Optional[int] = typer.Option(
+    tile_pad: int | None = typer.Option(
         None, "--tile-pad", help="Context pixels each tile reads. Default: the generator's receptive radius (no seams).",
     ),
     alpha: str = typer.Option("bicubic", "--alpha", help="How alpha is upscaled: bicubic or network."),

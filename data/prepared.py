@@ -85,7 +85,7 @@ class PreparedImages:
         start = entry["offset"]
         return self._pixels[start:start + height * width * 3].reshape(height, width, 3)
 
-    def select(self, indices: list[int]) -> "PreparedImages":
+    def select(self, indices: list[int]) -> PreparedImages:
         """The images at `indices` (in that order), as a set of their own."""
         chosen = copy.copy(self)
         chosen.entries = [self.entries[i] for i in indices]

@@ -15,8 +15,9 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO
 
 from srgan.configs.errors import SrganError, first_line
 

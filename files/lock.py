@@ -25,7 +25,7 @@ class RunLock:
         self.path = Path(run_dir) / LOCK_NAME
         self._fd: int | None = None
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -64,7 +64,7 @@ class RunLock:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

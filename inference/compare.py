@@ -9,10 +9,10 @@ import torch
 from PIL import Image, ImageDraw
 
 from srgan.configs.errors import SrganError, first_line
-from srgan.files import check_output
 from srgan.data import bicubic_downscale, load_rgb8
-from srgan.inference.metrics import psnr_y
+from srgan.files import check_output
 from srgan.inference.imageio import write_png
+from srgan.inference.metrics import psnr_y
 from srgan.inference.upscale import upscale_rgb8
 from srgan.models import Generator, Runtime
 

@@ -17,8 +17,8 @@ from tqdm import tqdm
 from srgan.configs.errors import SrganError
 from srgan.data.images import IMAGE_EXTENSIONS, find_images
 from srgan.files import check_output
-from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
 from srgan.inference.fused import fuse_for_inference
+from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
 from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
 from srgan.inference.video import (
     VIDEO_CONTAINERS,

@@ -53,7 +53,7 @@ class VGGFeatures(nn.Module):
         self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
         self.eval()
 
-    def train(self, mode: bool = True) -> "VGGFeatures":
+    def train(self, mode: bool = True) -> VGGFeatures:
         return super().train(False)  # a fixed feature extractor: never train mode
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

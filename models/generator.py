@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-
 from typing import TYPE_CHECKING
 
 import torch
@@ -85,7 +84,7 @@ class Generator(nn.Module):
             self.bicubic = BicubicUpsample(scale)
 
     @classmethod
-    def from_config(cls, model: "ModelConfig") -> "Generator":
+    def from_config(cls, model: ModelConfig) -> Generator:
         """The generator a config's `model` section describes."""
         return cls(model.scale, model.blocks, model.channels, model.norm, model.residual, model.res_scale,
                    model.icnr)

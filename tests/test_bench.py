@@ -3,12 +3,11 @@ import json
 
 import torch
 
+from conftest import run_cli
 from srgan.configs import load_config
 from srgan.models import resolve_runtime
 from srgan.training.loop import build_parts
 from srgan.training.step import gan_step
-
-from conftest import run_cli
 
 TINY = ["model.blocks=1", "model.channels=8", "model.d_channels=8", "loss.perceptual.weights=none",
         "loss.perceptual.layer=relu1_2", "train.precision=fp32", "train.device=cpu"]

@@ -5,11 +5,18 @@ import pytest
 import torch
 from PIL import Image
 
-from srgan.configs import SrganError
-from srgan.data import (BUILTIN_SAMPLES, EpochSampler, FolderImages, TrainPairs, ValImages, load_rgb8,
-                        open_images, resolve_images)
-
 from conftest import skimage_photo
+from srgan.configs import SrganError
+from srgan.data import (
+    BUILTIN_SAMPLES,
+    EpochSampler,
+    FolderImages,
+    TrainPairs,
+    ValImages,
+    load_rgb8,
+    open_images,
+    resolve_images,
+)
 
 
 def test_folder_is_searched_recursively(photo_dir):
@@ -129,7 +136,7 @@ def test_ranks_share_each_global_batch_and_resume_on_another_count():
 def test_any_mode_decodes_to_rgb8(tmp_path, mode):
     rgb = skimage_photo("chelsea")[:40, :50]
     if mode == "I;16":
-        im = Image.fromarray((rgb[:, :, 0].astype(np.uint16) * 257))
+        im = Image.fromarray(rgb[:, :, 0].astype(np.uint16) * 257)
     else:
         im = Image.fromarray(rgb).convert(mode)
     path = tmp_path / ("x.tif" if mode == "CMYK" else "x.png")

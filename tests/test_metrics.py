@@ -9,9 +9,8 @@ import torch
 from PIL import Image
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-from srgan.inference.metrics import psnr_y, rgb8_to_y, ssim_y
-
 from conftest import run_cli, skimage_photo
+from srgan.inference.metrics import psnr_y, rgb8_to_y, ssim_y
 
 SET5 = Path(__file__).parent / "data" / "Set5"
 

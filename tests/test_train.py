@@ -6,11 +6,10 @@ import json
 import pytest
 import torch
 
+from conftest import tiny_overrides
 from srgan.configs import SrganError, load_config
 from srgan.models import generator_from_checkpoint, load_checkpoint
 from srgan.training import train
-
-from conftest import tiny_overrides
 
 
 def tiny(photo_dir, val_dir, run_dir, *extra, base="demo"):

@@ -40,7 +40,7 @@ class World:
         return self.size > 1
 
     @classmethod
-    def from_environment(cls, device: str, timeout_s: int) -> "World":
+    def from_environment(cls, device: str, timeout_s: int) -> World:
         """Join the process group torchrun describes in the environment (RANK,
         WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), NCCL on CUDA, gloo on the
         CPU; a world of one without torchrun. Collectives time out after

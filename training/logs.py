@@ -38,7 +38,7 @@ class MetricLog:
     step values, `reduce` averages them over the ranks when a row is due (one
     collective per row), and only the rank that `write`s touches the files."""
 
-    def __init__(self, run_dir: Path, tensorboard: "TensorBoard | None" = None, write: bool = True,
+    def __init__(self, run_dir: Path, tensorboard: TensorBoard | None = None, write: bool = True,
                  reduce=lambda values: values, extra: dict | None = None):
         self.jsonl_path = run_dir / "metrics.jsonl"
         self.csv_path = run_dir / "epochs.csv"

@@ -8,10 +8,10 @@ import numpy as np
 import torch
 
 from srgan.data import ValImages, bicubic_downscale, to_tensor
-from srgan.inference.compare import GAP, side_by_side
-from srgan.inference.metrics import quantize
 from srgan.files import check_output, write_file
+from srgan.inference.compare import GAP, side_by_side
 from srgan.inference.imageio import write_png
+from srgan.inference.metrics import quantize
 from srgan.models import Runtime
 from srgan.training.logs import is_number, read_run_logs
 from srgan.training.validation import bicubic_upscale

@@ -35,7 +35,7 @@ class StopSignals:
             signal.raise_signal(signum)
         self.signum, self._first_at = signum, time.monotonic()
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         for signum in (signal.SIGINT, signal.SIGTERM):
             self._previous[signum] = signal.signal(signum, self._handle)
         return self

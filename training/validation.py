@@ -25,7 +25,7 @@ def bicubic_upscale(lr: torch.Tensor, scale: int) -> torch.Tensor:
     return torch.from_numpy(np.array(up)).permute(2, 0, 1)
 
 
-def checked_validation_set(images: "FolderImages | PreparedImages", scale: int,
+def checked_validation_set(images: FolderImages | PreparedImages, scale: int,
                            max_size: int) -> tuple[ValImages, tuple[float, float]]:
     """The validation images that decode, and the mean PSNR/SSIM of bicubic
     upscaling on them: the figure to beat. Every image is decoded once here,

@@ -4,7 +4,6 @@ stop being finite. The run says what happened on one line and keeps its last
 good checkpoint."""
 from __future__ import annotations
 
-import json
 import os
 import resource
 import shutil
