@@ -38,7 +38,7 @@ def train(
         run_training(resolved, resume=resume)
     except TrainingInterrupted as stop:
         typer.echo(f"srgan: {stop}", err=True)
-        raise typer.Exit(128 + stop.signum)
+        raise typer.Exit(128 + stop.signum) from None  # said on the line above
 
 
 def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resume: Path | None) -> None:
@@ -53,7 +53,7 @@ def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resu
         folders = run_sweep(config, overrides, sweep, resume)
     except TrainingInterrupted as stop:
         typer.echo(f"srgan: {stop}", err=True)
-        raise typer.Exit(128 + stop.signum)
+        raise typer.Exit(128 + stop.signum) from None  # said on the line above
     rows = sort_rows([summarize(folder) for folder in folders])
     typer.echo(format_runs(rows, folders[0].parent))
     if any(row["state"] != "finished" for row in rows):

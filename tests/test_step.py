@@ -71,9 +71,11 @@ def test_one_generator_forward_and_backward_per_step():
     for update in ("retain_graph", "detach"):
         parts = make_parts(update)
         calls = {"forward": 0, "backward": 0}
-        parts.generator.register_forward_hook(lambda *_: calls.__setitem__("forward", calls["forward"] + 1))
+        parts.generator.register_forward_hook(
+            lambda *_, calls=calls: calls.__setitem__("forward", calls["forward"] + 1))
         # fires each time a backward computes the gradient of G's first weight
-        parts.generator.head[0].weight.register_hook(lambda g: calls.__setitem__("backward", calls["backward"] + 1))
+        parts.generator.head[0].weight.register_hook(
+            lambda g, calls=calls: calls.__setitem__("backward", calls["backward"] + 1))
         for lr, hr in batches(2):
             gan_step(parts, lr, hr)
         assert calls == {"forward": 2, "backward": 2}, update

@@ -12,15 +12,20 @@ import numpy as np
 import pytest
 import torch
 
+import test_upscale
 from conftest import run_cli, skimage_photo
 from srgan.bench.video import panning_frames, write_clip
 from srgan.inference import video
 from srgan.inference.metrics import psnr_y
 from srgan.inference.upscale import upscale_rgb8
 from srgan.models import Runtime
-from test_upscale import checkpoint, random_generator  # noqa: F401 (checkpoint: the same tiny generator's fixture)
+from test_upscale import random_generator
 
 av = pytest.importorskip("av")
+
+# The same tiny generator's fixture as test_upscale's (an assignment, which a test's
+# parameter of that name may shadow; an imported name would look unused).
+checkpoint = test_upscale.checkpoint
 
 CPU32 = Runtime(torch.device("cpu"), "fp32")
 CPU = ("--device", "cpu", "--precision", "fp32")

@@ -144,7 +144,7 @@ class World:
         """Average the BatchNorm running statistics over the ranks (see wrap)."""
         if not self.distributed:
             return
-        for name, buffer in unwrap(module).named_buffers():
+        for buffer in unwrap(module).buffers():
             if buffer.is_floating_point():
                 dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
                 buffer.div_(self.size)
