@@ -98,7 +98,7 @@ def samples(
     plan: list[tuple[Path, Path]] = [
         (source, folder / part / f"{name}{source.suffix}")
         for part, names in (("train", TRAIN_SAMPLES), ("val", VAL_SAMPLES))
-        for name, source in zip(names, sample_paths(names))
+        for name, source in zip(names, sample_paths(names), strict=True)
     ]
     heldout = folder / "heldout"
     photo_targets = {name: heldout / "photos" / f"{name}.png" for name in HELDOUT_PHOTOS}

@@ -79,8 +79,8 @@ class FolderImages:
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # PIL decodes without the GIL
             decoded = list(pool.map(try_load_rgb8, paths[:cached]))
         keep = [image is not None for image in decoded] + [True] * (len(paths) - cached)
-        self.paths = [path for path, kept in zip(paths, keep) if kept]
-        self._sizes = [(h, w) for (w, h), kept in zip(sizes, keep) if kept]
+        self.paths = [path for path, kept in zip(paths, keep, strict=True) if kept]
+        self._sizes = [(h, w) for (w, h), kept in zip(sizes, keep, strict=True) if kept]
         self._cache = dict(enumerate(image for image in decoded if image is not None))  # position -> pixels
         if not self.paths:
             raise SrganError(f"{key}: none of the {len(paths)} images can be decoded")

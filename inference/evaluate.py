@@ -72,7 +72,7 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
     per_folder = []
     if len(folders) > 1:
         for index, folder in enumerate(folders):
-            scored = [im for im, i in zip(images, folder_of) if i == index]
+            scored = [im for im, i in zip(images, folder_of, strict=True) if i == index]
             if scored:
                 per_folder.append({"folder": str(folder), "name": folder.name or str(folder), "images": len(scored),
                                    **_means(scored)})

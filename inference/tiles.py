@@ -55,7 +55,7 @@ def tile_grid(height: int, width: int, tile: int, pad: int) -> list[Tile]:
     def spans(size: int) -> list[tuple[int, int]]:
         count = 1 if tile <= 0 else math.ceil(size / tile)
         edges = [round(i * size / count) for i in range(count + 1)]
-        return list(zip(edges[:-1], edges[1:]))
+        return list(zip(edges[:-1], edges[1:], strict=True))
 
     return [
         Tile(top, bottom, left, right,

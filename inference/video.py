@@ -165,9 +165,10 @@ def upscale_video(
         # upscales on a CPU. With a GPU, x264 takes what it needs (0: FFmpeg's choice).
         threads = 1 if runtime.device.type == "cpu" else 0
         # The upscaled clip gets the sound; the comparison (bicubic | SR) is for the eyes.
+        # Without a comparison there is one target, and zip stops after it.
         sinks = [_Sink(av, temp, path, size, _time_base(video), _rate(video), options.crf, threads,
                        [] if compare else sound, compare)
-                 for temp, path, compare in zip(temps, targets, (False, True))]
+                 for temp, path, compare in zip(temps, targets, (False, True), strict=False)]
         for sink in sinks:
             stack.callback(sink.close)
         job = _Job(batch, take_turns=TAKE_TURNS_ON_CPU and runtime.device.type == "cpu")
@@ -386,7 +387,7 @@ def _upscale_frames(network: Generator, runtime: Runtime, batch: int, tile: int,
                 log.warning("CUDA out of memory with %d frames at once: going on one frame at a time", batch)
                 batch = 1
                 sr = np.concatenate([upscale_batch(network, [f], runtime, tile, pad) for f in frames])
-            for frame, pixels in zip(pending, sr):
+            for frame, pixels in zip(pending, sr, strict=True):
                 job.upscaled.put(_Upscaled(pixels, frame))
             done += len(pending)
             bar.update(len(pending))

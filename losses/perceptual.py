@@ -30,7 +30,7 @@ def vgg_features(network: str, count: int) -> nn.Sequential:
     classifier is never built."""
     layers: list[nn.Module] = []
     c_in = 3
-    for convs, width in zip(VGG_BLOCKS[network], _WIDTHS):
+    for convs, width in zip(VGG_BLOCKS[network], _WIDTHS, strict=True):
         for _ in range(convs):
             layers += [nn.Conv2d(c_in, width, 3, padding=1), nn.ReLU(inplace=True)]
             c_in = width

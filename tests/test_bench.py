@@ -32,7 +32,7 @@ def test_channels_last_computes_what_nchw_does():
         assert torch.allclose(stats_a[name], stats_b[name], rtol=1e-4, atol=1e-6), name
     # conv biases before a BatchNorm have a true gradient of 0: compare against the overall scale
     scale = max(g.abs().max().item() for g in grads_b)
-    for a, b in zip(grads_a, grads_b):
+    for a, b in zip(grads_a, grads_b, strict=True):
         assert torch.allclose(a, b, rtol=1e-3, atol=1e-3 * scale)
 
 

@@ -95,7 +95,7 @@ def test_batches_do_not_depend_on_the_number_of_workers(photo_dir):
         loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=workers, drop_last=True)
         results.append([hr for _, hr in loader])
     assert len(results[0]) == 3
-    assert all(torch.equal(a, b) for a, b in zip(*results))
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
 def test_sampler_resumes_mid_epoch_and_cycles_small_sets():
@@ -173,4 +173,4 @@ def test_the_decoded_cache_gives_the_same_crops(photo_dir, caplog):
     for key in [(1, 0), (1, 4), (3, 5)]:
         first = datasets[0][key]
         for other in datasets[1:]:
-            assert all(torch.equal(a, b) for a, b in zip(first, other[key]))
+            assert all(torch.equal(a, b) for a, b in zip(first, other[key], strict=True))

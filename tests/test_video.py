@@ -89,7 +89,7 @@ def test_every_frame_as_the_image_path_with_its_timestamps_and_sound(checkpoint,
     codec, duration, packets = sound_of(out)
     assert (codec, duration) == sound_of(clip)[:2] and duration > Fraction(1, 2)
     assert packets == sound_of(clip)[2]  # copied, not re-encoded
-    scores = [psnr(upscale_rgb8(g, frame, CPU32), got) for frame, got in zip(lr, sr)]
+    scores = [psnr(upscale_rgb8(g, frame, CPU32), got) for frame, got in zip(lr, sr, strict=True)]
     assert min(scores) > 35, scores
 
     side, side_times = decode(compare)

@@ -163,7 +163,7 @@ class World:
         low, high = sums.clone(), sums.clone()
         dist.all_reduce(low, op=dist.ReduceOp.MIN)
         dist.all_reduce(high, op=dist.ReduceOp.MAX)
-        for name, a, b in zip(modules, low.tolist(), high.tolist()):
+        for name, a, b in zip(modules, low.tolist(), high.tolist(), strict=True):
             if a != b:
                 raise SrganError(f"the {name}'s weights differ between ranks ({a!r} .. {b!r}); stopping")
         if not self._sync_reported:

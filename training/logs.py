@@ -66,7 +66,7 @@ class MetricLog:
         check_finite_steps(pending, keys, values)
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
-        for (_, name), value in zip(keys, values):
+        for (_, name), value in zip(keys, values, strict=True):
             sums[name] = sums.get(name, 0.0) + value
             counts[name] = counts.get(name, 0) + 1
         for name in sums:
@@ -131,7 +131,7 @@ class MetricLog:
 def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[float]) -> None:
     """Stop at the first step with a loss that is not finite, naming its terms."""
     by_step: dict[int, dict[str, float]] = {}
-    for (step, name), value in zip(keys, values):
+    for (step, name), value in zip(keys, values, strict=True):
         by_step.setdefault(step, {})[name] = value
     for step, row in by_step.items():
         if all(math.isfinite(v) for v in row.values()):
@@ -182,7 +182,7 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict]:
             fields = next(csv.reader([line]))
             if len(fields) != len(columns) or not line.endswith("\n"):
                 raise ValueError(f"{len(fields)} fields, expected {len(columns)}")
-            row = dict(zip(columns, fields))
+            row = dict(zip(columns, fields, strict=True))
             int(row["epoch"]), int(row["step"])
             for value in fields:
                 if value:

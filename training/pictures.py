@@ -92,13 +92,13 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
     colours = plt.get_cmap("tab10").colors
     dashes = ("-", "--", ":", "-.")  # runs that coincide stay visible
     bicubic_drawn: set[float] = set()
-    for i, (label, (rows, validation)) in enumerate(zip(labels, series)):
+    for i, (label, (rows, validation)) in enumerate(zip(labels, series, strict=True)):
         style = {"color": colours[i % len(colours)], "linestyle": dashes[i % len(dashes)], "linewidth": 1.4,
                  "label": label}
         for name in ("g_loss", "d_loss", "d_score", "g_score") if not psnr_only else ():
             points = [(r["step"], r[name]) for r in rows if is_number(r.get(name))]
             if points:
-                panels[name][0].plot(*zip(*points), **style)
+                panels[name][0].plot(*zip(*points, strict=True), **style)
         scored = [v for v in validation if v["psnr"] and v["bicubic_psnr"]]
         if scored:
             ax = panels["psnr"][0]
@@ -122,7 +122,7 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
     legend.axis("off")
     handles, names = [], []
     for ax, _ in panels.values():
-        for handle, name in zip(*ax.get_legend_handles_labels()):
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
             if name not in names:
                 handles.append(handle)
                 names.append(name)
