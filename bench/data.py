@@ -86,7 +86,8 @@ def _sample_memory(peaks: dict) -> None:
         fields = _smaps_rollup(pid)
         totals["rss"] += fields.get("Rss", 0) / 1024
         totals["pss"] += fields.get("Pss", 0) / 1024
-        private = fields.get("Private_Dirty", 0) / 1024  # written by it: its allocations and copies, not mapped file pages
+        # written by it: its allocations and copies, not mapped file pages
+        private = fields.get("Private_Dirty", 0) / 1024
         key = "main_private" if pid == main else "worker_private"
         peaks[key] = max(peaks[key], private)
     for key, value in totals.items():

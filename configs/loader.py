@@ -301,7 +301,8 @@ def _check_values(c: Config, origin: str) -> None:
     if c.loss.weights.perceptual > 0:
         pools = vgg_pool_count(network, layer)
         need(c.data.crop_size >= 2**pools, "data.crop_size",
-             f"at least {2**pools} px: loss.perceptual.layer {layer} comes after {pools} 2x2 poolings", c.data.crop_size)
+             f"at least {2**pools} px: loss.perceptual.layer {layer} comes after {pools} 2x2 poolings",
+             c.data.crop_size)
     t = c.train
     need(t.epochs >= 1, "train.epochs", "at least 1", t.epochs)
     need(0 <= t.seed <= MAX_SEED, "train.seed", f"0 to {MAX_SEED}", t.seed)

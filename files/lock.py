@@ -46,7 +46,8 @@ class RunLock:
         previous = _read_holder(fd)
         if previous.get("pid") and previous.get("pid") != os.getpid():
             log.info("%s: taking over the stale lock of %s, which is no longer running", self.path, _describe(previous))
-        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")})
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "since": time.strftime("%Y-%m-%d %H:%M:%S")})
         try:  # who holds it, for the message of a second process; a full disk only costs that message
             os.ftruncate(fd, 0)
             os.pwrite(fd, record.encode() + b"\n", 0)

@@ -61,8 +61,8 @@ def compare_picture(generator: Generator, runtime: Runtime, image_path: Path, ou
 
     border = generator.scale
     scores = {"bicubic_psnr": psnr_y(chw(bicubic), chw(hr), border), "sr_psnr": psnr_y(chw(sr), chw(hr), border)}
-    panels = [labelled(bicubic, f"bicubic {scores['bicubic_psnr']:.2f} dB"), labelled(sr, f"SR {scores['sr_psnr']:.2f} dB"),
-              labelled(hr, "original")]
+    panels = [labelled(bicubic, f"bicubic {scores['bicubic_psnr']:.2f} dB"),
+              labelled(sr, f"SR {scores['sr_psnr']:.2f} dB"), labelled(hr, "original")]
     write_png(side_by_side(panels), out_path, overwrite=force, inputs=(image_path,))
     return scores
 

@@ -113,7 +113,8 @@ def _with_weights(config: PerceptualConfig, state: dict[str, torch.Tensor], orig
         return VGGFeatures(config.network, config.layer, state)
     except (RuntimeError, TypeError, AttributeError, ValueError) as error:  # missing keys, wrong shapes or types
         raise SrganError(
-            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {config.layer} ({first_line(error)})"
+            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {config.layer} "
+            f"({first_line(error)})"
         ) from None
 
 

@@ -59,7 +59,8 @@ def generator_from_leftthomas(state: dict[str, torch.Tensor], origin: str = "sta
     try:
         generator.load_state_dict(renamed)
     except RuntimeError as error:
-        raise SrganError(f"{origin}: leftthomas/SRGAN weights that do not fit an SRResNet ({first_line(error)})") from None
+        raise SrganError(
+            f"{origin}: leftthomas/SRGAN weights that do not fit an SRResNet ({first_line(error)})") from None
     return generator
 
 

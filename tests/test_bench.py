@@ -52,7 +52,8 @@ def test_bench_refuses_a_yardstick_of_other_shapes(tmp_path):
     script = tmp_path / "yardstick.py"
     script.write_text("print('{}')\n")
     args = [a for v in TINY for a in ("--set", v)]
-    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script))
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1",
+                     "--yardstick", str(script))
     assert result.returncode == 2 and "its step has 16 blocks" in result.stderr
 
 
@@ -70,7 +71,8 @@ def test_bench_upscale_reports_its_figures_and_matches_the_plain_forward():
 
 def test_bench_compares_retain_graph_with_detach_in_one_run():
     args = [a for v in TINY for a in ("--set", v)]
-    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "2", "--compare-update", "--json")
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "2",
+                     "--compare-update", "--json")
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["update"] == "retain_graph" and figures["detach_median_s_per_step"] > 0

@@ -82,7 +82,8 @@ def test_crops_pair_an_lr_with_its_hr_deterministically(photo_dir):
     assert torch.equal(lr, again_lr) and torch.equal(hr, again_hr)
     assert not torch.equal(hr, dataset[(2, 3)][1])  # another epoch, another crop
     # the LR is the bicubic downscale of the HR crop
-    expected = np.array(Image.fromarray((hr * 255).round().byte().permute(1, 2, 0).numpy()).resize((8, 8), Image.BICUBIC))
+    hr8 = (hr * 255).round().byte().permute(1, 2, 0).numpy()
+    expected = np.array(Image.fromarray(hr8).resize((8, 8), Image.BICUBIC))
     assert torch.equal((lr * 255).round().byte().permute(1, 2, 0), torch.from_numpy(expected))
 
 
@@ -92,7 +93,8 @@ def test_batches_do_not_depend_on_the_number_of_workers(photo_dir):
     for workers in (0, 2):
         sampler = EpochSampler(len(dataset), 4, seed=3)
         sampler.set_epoch(2)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=workers, drop_last=True)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=workers,
+                                             drop_last=True)
         results.append([hr for _, hr in loader])
     assert len(results[0]) == 3
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))

@@ -161,7 +161,8 @@ class Trainer:
         log.info("%s", self.runtime.describe())
         log.info(
             "generator %s parameters, discriminator %s parameters; %d training images, %d steps an epoch",
-            f"{count_parameters(unwrap(self.parts.generator)):,}", f"{count_parameters(unwrap(self.parts.discriminator)):,}",
+            f"{count_parameters(unwrap(self.parts.generator)):,}",
+            f"{count_parameters(unwrap(self.parts.discriminator)):,}",
             len(self.dataset.images), self.sampler.steps_per_epoch,
         )
         if self.val_images is not None:
@@ -329,7 +330,8 @@ class Trainer:
         p = self.progress
         self.world.sync_buffers(self.parts.generator)  # the ranks' BatchNorm statistics, averaged
         # each rank scores its share of the images; the means are over all of them
-        sums = validate(self.generator_to_score(), self.val_images, self.runtime, self.world.shard(len(self.val_images)))
+        sums = validate(self.generator_to_score(), self.val_images, self.runtime,
+                        self.world.shard(len(self.val_images)))
         psnr_sum, ssim_sum, count = self.world.total(torch.tensor(sums, dtype=torch.float64,
                                                                   device=self.runtime.device)).tolist()
         psnr, ssim = psnr_sum / count, ssim_sum / count
