@@ -189,7 +189,7 @@ def _build(cls: type, raw: Any, prefix: str, origin: str):
 
 
 def _convert(hint: Any, value: Any, key: str, origin: str):
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, key + ".", origin)
     origin_type = typing.get_origin(hint)
     args = typing.get_args(hint)

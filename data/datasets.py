@@ -129,7 +129,7 @@ class FolderImages:
 def bicubic_downscale(hr: np.ndarray, scale: int) -> np.ndarray:
     """HxWx3 uint8 -> (H/scale)x(W/scale)x3 uint8 with PIL's bicubic (antialiased)."""
     height, width = hr.shape[:2]
-    image = Image.fromarray(hr).resize((width // scale, height // scale), Image.BICUBIC)
+    image = Image.fromarray(hr).resize((width // scale, height // scale), Image.Resampling.BICUBIC)
     return np.asarray(image)
 
 

@@ -27,7 +27,7 @@ def mod_crop(image: np.ndarray, scale: int) -> np.ndarray:
 
 def bicubic_upscale(lr: np.ndarray, scale: int) -> np.ndarray:
     height, width = lr.shape[:2]
-    return np.asarray(Image.fromarray(lr).resize((width * scale, height * scale), Image.BICUBIC))
+    return np.asarray(Image.fromarray(lr).resize((width * scale, height * scale), Image.Resampling.BICUBIC))
 
 
 def side_by_side(panels: list[np.ndarray]) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ def _chw(image: np.ndarray) -> torch.Tensor:
 
 
 def _means(images: list[dict]) -> dict:
-    mean = {
+    mean: dict[str, Any] = {
         kind: {metric: float(np.mean([im[kind][metric] for im in images])) for metric in ("psnr", "ssim")}
         for kind in ("sr", "bicubic")
     }
@@ -46,7 +47,8 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
             raise SrganError(f"{folder}: no images in it")
         paths += [(index, path) for path in found]
     network = inference_network(generator, runtime)
-    images, failed, folder_of = [], [], []
+    images: list[dict[str, Any]] = []
+    failed, folder_of = [], []
     for index, path in paths:
         try:
             hr = mod_crop(load_rgb8(path), scale)

@@ -41,7 +41,10 @@ from srgan.inference.tiles import (
 )
 from srgan.models import Generator, Runtime
 
-if TYPE_CHECKING:  # upscale.py imports this module
+if TYPE_CHECKING:  # upscale.py imports this module; PyAV is optional
+    from av.audio.stream import AudioStream
+    from av.video.stream import VideoStream
+
     from srgan.inference.upscale import UpscaleOptions
 
 log = logging.getLogger("srgan")
@@ -181,7 +184,7 @@ def upscale_video(
     return targets
 
 
-def _streams(av, source: Path, clip) -> tuple[object, list]:
+def _streams(av, source: Path, clip) -> tuple[VideoStream, list[AudioStream]]:
     """The first video stream (not a cover picture) and every sound stream."""
     videos = [s for s in clip.streams.video if not s.disposition & av.stream.Disposition.attached_pic]
     if not videos:
@@ -403,7 +406,7 @@ def _encode(source: Path, sinks: list[_Sink], job: _Job) -> None:
     """The encoder's thread: each SR frame into every output, sound packets
     into the first. An output is opened at its first frame (its rotation is
     known then); sound packets that come before it wait."""
-    waiting = []
+    waiting: list = []  # sound packets
     while (item := job.upscaled.get()) is not _END:
         if isinstance(item, _Upscaled):
             with job.turns:
@@ -462,9 +465,9 @@ class _Sink:
     def write(self, item: _Upscaled) -> None:
         pixels = item.pixels
         if pixels.shape[1::-1] != self.size:  # --outscale, or an even size to round to
-            pixels = resize(pixels, self.size, Image.LANCZOS)
+            pixels = resize(pixels, self.size, Image.Resampling.LANCZOS)
         if self.compare:
-            pixels = np.concatenate([resize(item.lr.pixels, self.size, Image.BICUBIC), pixels], axis=1)
+            pixels = np.concatenate([resize(item.lr.pixels, self.size, Image.Resampling.BICUBIC), pixels], axis=1)
         frame = self.av.VideoFrame.from_ndarray(pixels, format="rgb24")
         frame = frame.reformat(format="yuv420p", dst_colorspace="ITU709", dst_color_range="MPEG")
         frame.pts, frame.time_base = item.lr.pts, self.time_base

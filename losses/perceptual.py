@@ -42,9 +42,13 @@ class VGGFeatures(nn.Module):
     """VGG `features` up to a named layer, frozen, always in eval mode, on
     images in [0, 1] (ImageNet normalisation is applied here)."""
 
+    mean: torch.Tensor  # buffers
+    std: torch.Tensor
+
     def __init__(self, network: str, layer: str, state_dict: dict[str, torch.Tensor] | None):
         super().__init__()
         count = vgg_layer_count(network, layer)
+        assert count is not None, layer  # the config's loader checked the name
         self.features = vgg_features(network, count)
         if state_dict is not None:
             self.features.load_state_dict(state_dict)
@@ -71,6 +75,7 @@ def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
     """The feature network the config asks for; raises SrganError when
     `weights: imagenet` cannot be had, naming the alternatives."""
     count = vgg_layer_count(config.network, config.layer)
+    assert count is not None, config.layer  # the config's loader checked the name
     choice = config.weights
     if choice == "none":
         return VGGFeatures(config.network, config.layer, None)

@@ -12,6 +12,7 @@ import logging
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -91,7 +92,7 @@ class World:
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
         device_ids = [self.local_rank] if next(module.parameters()).is_cuda else None
         # Newer PyTorch names the switch forward_sync_buffers (rank 0's buffers are still copied once, at the start).
-        no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(
+        no_sync: dict[str, Any] = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(
             DistributedDataParallel.__init__).parameters else {"broadcast_buffers": False})
         return DistributedDataParallel(module, device_ids=device_ids, **no_sync)
 

@@ -79,7 +79,8 @@ class MetricLog:
             self.tensorboard.scalars("train", row, last_step)
         return row
 
-    def end_epoch(self, epoch: int, step: int, extra: dict[str, float], finished: bool = True) -> dict[str, float]:
+    def end_epoch(self, epoch: int, step: int, extra: dict[str, float | None],
+                  finished: bool = True) -> dict[str, float | None]:
         """Write epochs.csv's row: the epoch's means of the logged values, plus
         `extra`. An unfinished epoch (the run ends inside it) keeps its sums,
         which the checkpoint saves: resumed, its row is written again whole."""
@@ -95,7 +96,7 @@ class MetricLog:
         if self.write:
             _append_csv(self.validation_path, VALIDATION_COLUMNS, row)
         if self.tensorboard:
-            self.tensorboard.scalars("val", {k: row[k] for k in ("psnr", "ssim")}, row["step"])
+            self.tensorboard.scalars("val", {k: row[k] for k in ("psnr", "ssim")}, int(row["step"]))
 
     # What a checkpoint keeps so that a resumed epoch's means cover the whole epoch.
     def state(self) -> dict:
@@ -268,6 +269,8 @@ def _format(value) -> str:
 class QuietFileHandler(logging.FileHandler):
     """train.log: a failed write (a full disk) is not worth a traceback on
     stderr; the write that matters (a checkpoint, a log row) reports it."""
+
+    srgan_run_log = False  # True for the run's train.log (see detach_log_file)
 
     def handleError(self, record: logging.LogRecord) -> None:
         pass

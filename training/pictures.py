@@ -89,7 +89,8 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
             "g_score": (axes[1, 1], "g_score = D(G(z))"),
         }
         legend = axes[1, 2]
-    colours = plt.get_cmap("tab10").colors
+    tab10 = plt.get_cmap("tab10")
+    colours = [tab10(i) for i in range(tab10.N)]  # its 10 colours (an int indexes them)
     dashes = ("-", "--", ":", "-.")  # runs that coincide stay visible
     bicubic_drawn: set[float] = set()
     for i, (label, (rows, validation)) in enumerate(zip(labels, series, strict=True)):

@@ -34,7 +34,7 @@ class Variant:
 
 def parse_sweep(items: list[str]) -> list[tuple[str, list[str]]]:
     """KEY=V1,V2 items -> (key, values); commas inside brackets belong to a value."""
-    axes = []
+    axes: list[tuple[str, list[str]]] = []
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()
