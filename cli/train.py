@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -9,21 +10,30 @@ from srgan.cli.common import CONFIG_HELP, SET_HELP
 
 
 def train(
-    config: str | None = typer.Option(None, "--config", "-c", help=CONFIG_HELP + " Default: demo."),
-    overrides: list[str] = typer.Option([], "--set", "-s", help=SET_HELP),
-    resume: Path | None = typer.Option(
-        None, "--resume", help="A run folder to continue from its checkpoints/last.pt (with its config.yaml "
-        "unless --config is given; --set still applies), or a sweep folder to continue."
-    ),
-    sweep: list[str] = typer.Option(
-        [], "--sweep", help="KEY=V1,V2[,...]: train one variant per value, one after another, each in its own "
-        "folder inside the sweep folder (train.run_dir, default runs/<name>-sweep-<time>); repeat for a grid."
-    ),
+    config: Annotated[str | None, typer.Option("--config", "-c", help=CONFIG_HELP + " Default: demo.")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="A run folder to continue from its checkpoints/last.pt (with its config.yaml "
+            "unless --config is given; --set still applies), or a sweep folder to continue.",
+        ),
+    ] = None,
+    sweep: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sweep",
+            help="KEY=V1,V2[,...]: train one variant per value, one after another, each in its own "
+            "folder inside the sweep folder (train.run_dir, default runs/<name>-sweep-<time>); repeat for a grid.",
+        ),
+    ] = None,
 ) -> None:
     """Train a generator and discriminator as the config says (SIGINT/SIGTERM: save and stop)."""
     from srgan.configs import SrganError, load_config
     from srgan.training.sweep import is_sweep
 
+    overrides, sweep = overrides or [], sweep or []  # None: the option not given
     if sweep or (resume is not None and is_sweep(resume)):
         return train_sweep(config, overrides, sweep, resume)
     if resume is not None and config is None:
@@ -69,18 +79,18 @@ def config_list() -> None:
 
 
 def config_show(
-    name: str = typer.Argument("demo", help=CONFIG_HELP),
-    overrides: list[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    name: Annotated[str, typer.Argument(help=CONFIG_HELP)] = "demo",
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
 ) -> None:
     """Print a config fully resolved (defaults and overrides applied), as YAML."""
     from srgan.configs import config_to_yaml, load_config
 
-    typer.echo(config_to_yaml(load_config(name, overrides)), nl=False)
+    typer.echo(config_to_yaml(load_config(name, overrides or [])), nl=False)
 
 
 def samples(
-    folder: Path = typer.Argument(..., help="Where to write the built-in photos."),
-    force: bool = typer.Option(False, "--force", help="Overwrite photos already there."),
+    folder: Annotated[Path, typer.Argument(help="Where to write the built-in photos.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite photos already there.")] = False,
 ) -> None:
     """Copy the built-in sample photos (builtin:samples) into FOLDER/train and FOLDER/val, and a held-out
     set no preset trains on into FOLDER/heldout/photos and FOLDER/heldout/synthetic."""
