@@ -4,6 +4,7 @@ it holds; and `srgan bench photos`: DIV2K-like photos to measure it on when
 no real set is at hand."""
 from __future__ import annotations
 
+import io
 import os
 import statistics
 import time
@@ -16,7 +17,7 @@ from torch.utils.data import DataLoader
 from srgan.bench.machine import machine
 from srgan.configs import Config, SrganError
 from srgan.data import EpochSampler, PreparedImages, TrainPairs, open_images
-from srgan.files import check_output, write_file
+from srgan.files import check_output, write_bytes
 from srgan.training.loop import shutdown_workers
 from srgan.training.signals import ignore_interrupts_in_worker
 
@@ -35,7 +36,8 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     loader = DataLoader(dataset, batch_size=d.batch_size, sampler=sampler, num_workers=d.workers,
                         persistent_workers=d.workers > 0, worker_init_fn=ignore_interrupts_in_worker, drop_last=True)
     setup_s = time.perf_counter() - started
-    times, peaks = [], {"rss": 0.0, "pss": 0.0, "main_private": 0.0, "worker_private": 0.0}
+    times: list[float] = []
+    peaks = {"rss": 0.0, "pss": 0.0, "main_private": 0.0, "worker_private": 0.0}
     epoch = 0
     try:
         while len(times) < warmup + batches:
@@ -86,7 +88,8 @@ def _sample_memory(peaks: dict) -> None:
         fields = _smaps_rollup(pid)
         totals["rss"] += fields.get("Rss", 0) / 1024
         totals["pss"] += fields.get("Pss", 0) / 1024
-        private = fields.get("Private_Dirty", 0) / 1024  # written by it: its allocations and copies, not mapped file pages
+        # written by it: its allocations and copies, not mapped file pages
+        private = fields.get("Private_Dirty", 0) / 1024
         key = "main_private" if pid == main else "worker_private"
         peaks[key] = max(peaks[key], private)
     for key, value in totals.items():
@@ -123,8 +126,9 @@ def make_photos(folder: Path, count: int, width: int, height: int, force: bool =
     photos cut differently, flipped, resized with Lanczos and given a little
     sensor-like noise (so that their PNGs cost what real photos cost to
     decode; a smooth upscale compresses far better)."""
-    from srgan.data.samples import sample_paths  # noqa: F401  (scikit-image is needed)
     import skimage.data
+
+    from srgan.data.samples import sample_paths  # noqa: F401  (scikit-image is needed)
 
     rng = np.random.default_rng(0)
     targets = [Path(folder) / f"{n:04d}.png" for n in range(1, count + 1)]
@@ -139,9 +143,11 @@ def make_photos(folder: Path, count: int, width: int, height: int, force: bool =
         part = photo[top:top + ch, left:left + cw]
         if n % 2:
             part = part[:, ::-1]
-        big = np.asarray(Image.fromarray(np.ascontiguousarray(part)).resize((width, height), Image.LANCZOS))
+        big = np.asarray(Image.fromarray(np.ascontiguousarray(part)).resize((width, height), Image.Resampling.LANCZOS))
         noisy = np.clip(big.astype(np.float32) + rng.normal(0, 3.0, big.shape), 0, 255).astype(np.uint8)
-        write_file(target, lambda f, pixels=noisy: Image.fromarray(pixels).save(f, format="PNG"), overwrite=force)
+        png = io.BytesIO()
+        Image.fromarray(noisy).save(png, format="PNG")
+        write_bytes(target, png.getvalue(), overwrite=force)
     return targets
 
 

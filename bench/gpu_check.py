@@ -59,8 +59,8 @@ def check_train_and_resume(work: Path) -> dict:
 
 
 def check_upscale(work: Path) -> dict:
-    from PIL import Image
     import skimage.data
+    from PIL import Image
 
     photo = work / "photo.png"
     Image.fromarray(skimage.data.astronaut()).save(photo)
@@ -131,12 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
+    checks: dict[str, dict] = {}
     summary = {"cuda": cuda, "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__,
-               "checks": {}}
+               "checks": checks}
     with tempfile.TemporaryDirectory(prefix="srgan-gpu-check-") as folder:
         for name, check, needs_cuda in CHECKS:
             if needs_cuda and not cuda:
-                summary["checks"][name] = {"ok": None, "skipped": "no CUDA device (torch.cuda.is_available() is False)"}
+                checks[name] = {"ok": None, "skipped": "no CUDA device (torch.cuda.is_available() is False)"}
                 continue
             started = time.perf_counter()
             try:
@@ -144,16 +145,16 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired as error:
                 result = {"ok": False, "error": f"timed out after {error.timeout} s"}
             result["check_seconds"] = round(time.perf_counter() - started, 1)
-            summary["checks"][name] = result
+            checks[name] = result
     if args.json:
         print(json.dumps(summary))
     else:
         print(f"gpu-check: {summary['gpu'] or 'no GPU'} (torch {summary['torch']})")
-        for name, result in summary["checks"].items():
+        for name, result in checks.items():
             state = "skipped" if result["ok"] is None else ("ok" if result["ok"] else "FAILED")
             details = {k: v for k, v in result.items() if k not in ("ok",)}
             print(f"  {name:18} {state:8} {json.dumps(details)}")
-    failed = [name for name, result in summary["checks"].items() if result["ok"] is False]
+    failed = [name for name, result in checks.items() if result["ok"] is False]
     return 1 if failed else 0
 
 

@@ -22,11 +22,11 @@ from srgan.models import Generator, Runtime
 def test_photo(width: int, height: int) -> np.ndarray:
     """A real photo (scikit-image's astronaut) resized to the size, or noise without scikit-image."""
     try:
-        from srgan.data.samples import sample_paths
         from srgan.data import load_rgb8
+        from srgan.data.samples import sample_paths
 
         photo = load_rgb8(sample_paths(["astronaut"])[0])
-        return np.array(Image.fromarray(photo).resize((width, height), Image.BICUBIC))
+        return np.array(Image.fromarray(photo).resize((width, height), Image.Resampling.BICUBIC))
     except Exception:  # no scikit-image: the cost is the same on noise
         return np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
 
@@ -77,7 +77,9 @@ def bench_upscale(generator: Generator, runtime: Runtime, width: int, height: in
         return result
 
     # The plain forward: the same weights, fp32, NCHW, the whole image at once.
-    plain = copy.deepcopy(generator).to(runtime.device, memory_format=torch.contiguous_format).float()
+    # Module.to takes a device and a memory_format at once; torch's stubs list them apart.
+    plain = copy.deepcopy(generator).to(  # type: ignore[call-overload]
+        runtime.device, memory_format=torch.contiguous_format).float()
     x = torch.from_numpy(image).permute(2, 0, 1)[None].float().div(255).to(runtime.device)
 
     def plain_forward():

@@ -17,8 +17,8 @@ import numpy as np
 
 from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
 from srgan.bench.upscale import test_photo
-from srgan.inference.upscale import UpscaleOptions, inference_network
 from srgan.inference import video
+from srgan.inference.upscale import UpscaleOptions, inference_network
 from srgan.inference.video import frames_per_forward, require_av, upscale_batch, upscale_video
 from srgan.models import Generator, Runtime
 
@@ -46,7 +46,7 @@ def write_clip(path: Path, frames: list[np.ndarray], times: list[float] | None =
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.codec_context.time_base = stream.time_base = Fraction(1, 1000)
         tone = out.add_stream("aac", rate=SAMPLE_RATE, layout="mono") if sound else None
-        for pixels, seconds in zip(frames, times):
+        for pixels, seconds in zip(frames, times, strict=True):
             frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
             frame.pts, frame.time_base = round(seconds * 1000), stream.time_base
             out.mux(stream.encode(frame))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,31 +14,44 @@ bench_app = typer.Typer(no_args_is_help=True, help="Time the training step and t
 
 @bench_app.command("train")
 def train(
-    config: Optional[str] = typer.Option("leftthomas_x4", "--config", "-c", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
-    batch: int = typer.Option(16, "--batch", help="Crops per step."),
-    crop: int = typer.Option(96, "--crop", help="HR crop side."),
-    iters: int = typer.Option(5, "--iters", help="Timed steps (after the warm-up)."),
-    warmup: int = typer.Option(1, "--warmup", help="Untimed steps first."),
-    yardstick: Optional[Path] = typer.Option(
-        None, "--yardstick", help="Also time this yardstick script (../shared/bench/yardstick_step.py) on the same shapes."
-    ),
-    compare_update: bool = typer.Option(
-        False, "--compare-update", help="Also time the other gan.update (retain_graph / detach), the two steps "
-        "taken in turn in one process, and report retain_over_detach."
-    ),
-    compare: Optional[str] = typer.Option(
-        None, "--compare", help="Also time the config with this one setting changed (KEY=VALUE, e.g. "
-        "train.deterministic=false), the two steps taken in turn, and report compared_over_this."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
+    config: Annotated[str | None, typer.Option("--config", "-c", help=CONFIG_HELP)] = "leftthomas_x4",
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
+    batch: Annotated[int, typer.Option("--batch", help="Crops per step.")] = 16,
+    crop: Annotated[int, typer.Option("--crop", help="HR crop side.")] = 96,
+    iters: Annotated[int, typer.Option("--iters", help="Timed steps (after the warm-up).")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.")] = 1,
+    yardstick: Annotated[
+        Path | None,
+        typer.Option(
+            "--yardstick",
+            help="Also time this yardstick script (../shared/bench/yardstick_step.py) on the same shapes.",
+        ),
+    ] = None,
+    compare_update: Annotated[
+        bool,
+        typer.Option(
+            "--compare-update",
+            help="Also time the other gan.update (retain_graph / detach), the two steps "
+            "taken in turn in one process, and report retain_over_detach.",
+        ),
+    ] = False,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            "--compare",
+            help="Also time the config with this one setting changed (KEY=VALUE, e.g. "
+            "train.deterministic=false), the two steps taken in turn, and report compared_over_this.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Seconds per training step of the real step (random batch, random VGG weights)."""
     from srgan.configs import SrganError, load_config
 
     if min(batch, crop, iters) < 1 or warmup < 0:
         raise SrganError("--batch, --crop and --iters: expected at least 1; --warmup: 0 or more")
-    settings = [f"data.batch_size={batch}", f"data.crop_size={crop}", "loss.perceptual.weights=none", *overrides]
+    settings = [f"data.batch_size={batch}", f"data.crop_size={crop}", "loss.perceptual.weights=none",
+                *(overrides or [])]
     resolved = load_config(config, settings)
     from srgan.bench.train import bench_interleaved, run_yardstick
 
@@ -89,17 +102,30 @@ def train(
 
 @bench_app.command("upscale")
 def upscale(
-    size: str = typer.Option("512x512", "--size", help="Input size WxH (a real photo resized to it)."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-k", help="A trained generator; default: "
-                                              "random weights of the config's architecture."),
-    config: Optional[str] = typer.Option("srgan_x4", "--config", "-c", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
-    iters: int = typer.Option(3, "--iters", help="Timed runs (after the warm-up)."),
-    warmup: int = typer.Option(1, "--warmup", help="Untimed runs first."),
-    baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Also time a plain fp32 NCHW forward."),
-    device: str = typer.Option("auto", help=DEVICE_HELP),
-    precision: str = typer.Option("auto", help=PRECISION_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
+    size: Annotated[str, typer.Option("--size", help="Input size WxH (a real photo resized to it).")] = "512x512",
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            "-k",
+            help="A trained generator; default: "
+            "random weights of the config's architecture.",
+        ),
+    ] = None,
+    config: Annotated[str | None, typer.Option("--config", "-c", help=CONFIG_HELP)] = "srgan_x4",
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
+    iters: Annotated[int, typer.Option("--iters", help="Timed runs (after the warm-up).")] = 3,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed runs first.")] = 1,
+    baseline: Annotated[
+        bool,
+        typer.Option(
+            "--baseline/--no-baseline",
+            help="Also time a plain fp32 NCHW forward.",
+        ),
+    ] = True,
+    device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Megapixels/s and peak memory of srgan upscale, and its speedup over a plain fp32 NCHW forward."""
     from srgan.configs import SrganError, load_config
@@ -111,7 +137,7 @@ def upscale(
     from srgan.cli.common import runtime_from_options
 
     runtime = runtime_from_options(device, precision)
-    generator = bench_generator(checkpoint, load_config(config, overrides))
+    generator = bench_generator(checkpoint, load_config(config, overrides or []))
     result = bench_upscale(generator, runtime, width, height, iters, warmup, baseline)
     if as_json:
         typer.echo(json.dumps(result))
@@ -130,17 +156,17 @@ def upscale(
 
 @bench_app.command("data")
 def data(
-    config: Optional[str] = typer.Option("srresnet_x4", "--config", "-c", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
-    batches: int = typer.Option(50, "--batches", help="Timed batches (after 2 untimed)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
+    config: Annotated[str | None, typer.Option("--config", "-c", help=CONFIG_HELP)] = "srresnet_x4",
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
+    batches: Annotated[int, typer.Option("--batches", help="Timed batches (after 2 untimed).")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Crops per second (and per worker) of the configured data.train, and the memory of every process."""
     from srgan.configs import SrganError, load_config
 
     if batches < 1:
         raise SrganError(f"--batches: expected at least 1, got {batches}")
-    resolved = load_config(config, overrides)
+    resolved = load_config(config, overrides or [])
     from srgan.bench.data import bench_data
 
     result = bench_data(resolved, batches)
@@ -158,14 +184,14 @@ def data(
 
 @bench_app.command("photos")
 def photos(
-    folder: Path = typer.Argument(..., help="Where to write them."),
-    count: int = typer.Option(24, "--count", help="How many."),
-    size: str = typer.Option("2040x1400", "--size", help="WxH (DIV2K's photos are about 2040x1400)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite photos already there."),
+    folder: Annotated[Path, typer.Argument(help="Where to write them.")],
+    count: Annotated[int, typer.Option("--count", help="How many.")] = 24,
+    size: Annotated[str, typer.Option("--size", help="WxH (DIV2K's photos are about 2040x1400).")] = "2040x1400",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite photos already there.")] = False,
 ) -> None:
     """DIV2K-like photos made from scikit-image's, to benchmark data loading when no real set is at hand."""
-    from srgan.configs import SrganError
     from srgan.bench.data import check_photo_size, make_photos
+    from srgan.configs import SrganError
 
     if not 1 <= count <= 10000:
         raise SrganError(f"--count: expected 1 to 10000, got {count}")
@@ -182,20 +208,39 @@ def torch_seed(seed: int) -> None:
 
 @bench_app.command("video")
 def video(
-    size: str = typer.Option("320x240", "--size", help="Frame size WxH of the clip (a pan over a real photo)."),
-    frames: int = typer.Option(24, "--frames", help="Frames in the clip (25 fps, with an AAC tone)."),
-    batch: int = typer.Option(4, "--batch", help="Frames per forward pass, as srgan upscale --batch."),
-    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", "-k", help="A trained generator; default: "
-                                              "random weights of the config's architecture."),
-    config: Optional[str] = typer.Option("demo", "--config", "-c", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
-    iters: int = typer.Option(2, "--iters", help="Timed rounds (after the warm-up)."),
-    warmup: int = typer.Option(1, "--warmup", help="Untimed rounds first."),
-    compare_overlap: bool = typer.Option(False, "--compare-overlap", help="On the CPU, also time srgan upscale with "
-                                         "the network and the encoder running at once rather than in turn."),
-    device: str = typer.Option("auto", help=DEVICE_HELP),
-    precision: str = typer.Option("auto", help=PRECISION_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON line."),
+    size: Annotated[
+        str,
+        typer.Option(
+            "--size",
+            help="Frame size WxH of the clip (a pan over a real photo).",
+        ),
+    ] = "320x240",
+    frames: Annotated[int, typer.Option("--frames", help="Frames in the clip (25 fps, with an AAC tone).")] = 24,
+    batch: Annotated[int, typer.Option("--batch", help="Frames per forward pass, as srgan upscale --batch.")] = 4,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            "-k",
+            help="A trained generator; default: "
+            "random weights of the config's architecture.",
+        ),
+    ] = None,
+    config: Annotated[str | None, typer.Option("--config", "-c", help=CONFIG_HELP)] = "demo",
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
+    iters: Annotated[int, typer.Option("--iters", help="Timed rounds (after the warm-up).")] = 2,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed rounds first.")] = 1,
+    compare_overlap: Annotated[
+        bool,
+        typer.Option(
+            "--compare-overlap",
+            help="On the CPU, also time srgan upscale with "
+            "the network and the encoder running at once rather than in turn.",
+        ),
+    ] = False,
+    device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Frames/s of srgan upscale on a clip (decode, network and encode overlapped) against the network alone."""
     from srgan.configs import SrganError, load_config
@@ -207,7 +252,7 @@ def video(
     from srgan.cli.common import runtime_from_options
 
     runtime = runtime_from_options(device, precision)
-    generator = bench_generator(checkpoint, load_config(config, overrides))
+    generator = bench_generator(checkpoint, load_config(config, overrides or []))
     result = bench_video(generator, runtime, width, height, frames, batch, iters, warmup, compare_overlap)
     if as_json:
         typer.echo(json.dumps(result))

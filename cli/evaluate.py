@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,12 +11,19 @@ from srgan.cli.common import DEVICE_HELP, PRECISION_HELP, generator_from_option,
 
 
 def compare(
-    checkpoint: Path = typer.Argument(..., help="A checkpoint file or a run folder."),
-    image: Path = typer.Argument(..., help="A high-resolution photo; its LR version is made by bicubic."),
-    output: Path = typer.Option(Path("comparison.png"), "--output", "-o", help="The picture to write (.png)."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing output."),
-    device: str = typer.Option("auto", help=DEVICE_HELP),
-    precision: str = typer.Option("auto", help=PRECISION_HELP),
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint file or a run folder.")],
+    image: Annotated[Path, typer.Argument(help="A high-resolution photo; its LR version is made by bicubic.")],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The picture to write (.png).",
+        ),
+    ] = Path("comparison.png"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output.")] = False,
+    device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
 ) -> None:
     """Write bicubic | SR | original side by side for one photo, with their PSNRs."""
     from srgan.configs import SrganError
@@ -37,12 +44,12 @@ def compare(
 
 
 def evaluate(
-    folders: List[Path] = typer.Argument(..., help="Folders of high-resolution images (e.g. Set5, Set14)."),
-    checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="A checkpoint file or a run folder."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the scores to this JSON file."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing --json file."),
-    device: str = typer.Option("auto", help=DEVICE_HELP),
-    precision: str = typer.Option("fp32", help=PRECISION_HELP + " Default fp32: figures to quote."),
+    folders: Annotated[list[Path], typer.Argument(help="Folders of high-resolution images (e.g. Set5, Set14).")],
+    checkpoint: Annotated[Path, typer.Option("--checkpoint", "-k", help="A checkpoint file or a run folder.")],
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the scores to this JSON file.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")] = False,
+    device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP + " Default fp32: figures to quote.")] = "fp32",
 ) -> None:
     """PSNR/SSIM of SR and of bicubic per image and on average, as the literature computes them."""
     from srgan.files import check_output, write_text

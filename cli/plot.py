@@ -2,20 +2,44 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
 
 def plot(
-    runs: List[Path] = typer.Argument(..., help="Run folders (a folder of runs, e.g. a sweep, stands for all of them)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="A .png file. Default for one run: "
-                                          "RUN/curves.png (the run's own picture, redrawn); needed for several."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing -o file."),
-    names: List[str] = typer.Option([], "--label", help="The legend's name of each run, in the order given "
-                                    "(repeat it; default: the settings in which the runs differ)."),
-    psnr_only: bool = typer.Option(False, "--psnr-only", help="Only the validation PSNR panel, larger "
-                                   "(learning curves compared, as in docs/quality.md)."),
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run folders (a folder of runs, e.g. a sweep, stands for all of them).",
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="A .png file. Default for one run: "
+            "RUN/curves.png (the run's own picture, redrawn); needed for several.",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing -o file.")] = False,
+    names: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label",
+            help="The legend's name of each run, in the order given "
+            "(repeat it; default: the settings in which the runs differ).",
+        ),
+    ] = None,
+    psnr_only: Annotated[
+        bool,
+        typer.Option(
+            "--psnr-only",
+            help="Only the validation PSNR panel, larger "
+            "(learning curves compared, as in docs/quality.md).",
+        ),
+    ] = False,
 ) -> None:
     """Validation PSNR, g_loss, d_loss, d_score and g_score against step, one colour a run,
     the legend naming the settings in which the runs differ (needs matplotlib)."""

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List
+from typing import Annotated
 
 import typer
 
 
 def prepare(
-    sources: List[Path] = typer.Argument(..., help="Folders of images (searched recursively) or image files."),
-    output: Path = typer.Option(..., "--output", "-o", help="The dataset folder to write (use it as data.train)."),
-    workers: int = typer.Option(os.cpu_count() or 1, "--workers", help="Images decoded at once."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing prepared dataset."),
+    sources: Annotated[list[Path], typer.Argument(help="Folders of images (searched recursively) or image files.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The dataset folder to write (use it as data.train).")],
+    workers: Annotated[int, typer.Option("--workers", help="Images decoded at once.")] = os.cpu_count() or 1,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing prepared dataset.")] = False,
 ) -> None:
     """Decode every image once (any mode, EXIF upright) into DATASET/pixels.u8 + index.json:
     training then slices crops from it instead of decoding a photo per crop."""

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
 def runs(
-    folder: Path = typer.Argument(Path("runs"), help="A folder of run folders (searched recursively)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
+    folder: Annotated[Path, typer.Argument(help="A folder of run folders (searched recursively).")] = Path("runs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False,
 ) -> None:
     """One row a run: its settings against its preset, steps done / planned, state, best
     validation PSNR/SSIM with bicubic's, the last d_loss, g_loss, d_score, g_score, wall time."""

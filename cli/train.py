@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
@@ -10,21 +10,30 @@ from srgan.cli.common import CONFIG_HELP, SET_HELP
 
 
 def train(
-    config: Optional[str] = typer.Option(None, "--config", "-c", help=CONFIG_HELP + " Default: demo."),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
-    resume: Optional[Path] = typer.Option(
-        None, "--resume", help="A run folder to continue from its checkpoints/last.pt (with its config.yaml "
-        "unless --config is given; --set still applies), or a sweep folder to continue."
-    ),
-    sweep: List[str] = typer.Option(
-        [], "--sweep", help="KEY=V1,V2[,...]: train one variant per value, one after another, each in its own "
-        "folder inside the sweep folder (train.run_dir, default runs/<name>-sweep-<time>); repeat for a grid."
-    ),
+    config: Annotated[str | None, typer.Option("--config", "-c", help=CONFIG_HELP + " Default: demo.")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="A run folder to continue from its checkpoints/last.pt (with its config.yaml "
+            "unless --config is given; --set still applies), or a sweep folder to continue.",
+        ),
+    ] = None,
+    sweep: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--sweep",
+            help="KEY=V1,V2[,...]: train one variant per value, one after another, each in its own "
+            "folder inside the sweep folder (train.run_dir, default runs/<name>-sweep-<time>); repeat for a grid.",
+        ),
+    ] = None,
 ) -> None:
     """Train a generator and discriminator as the config says (SIGINT/SIGTERM: save and stop)."""
     from srgan.configs import SrganError, load_config
     from srgan.training.sweep import is_sweep
 
+    overrides, sweep = overrides or [], sweep or []  # None: the option not given
     if sweep or (resume is not None and is_sweep(resume)):
         return train_sweep(config, overrides, sweep, resume)
     if resume is not None and config is None:
@@ -32,13 +41,14 @@ def train(
             raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
         config = str(resume / "config.yaml")
     resolved = load_config(config, overrides)  # before importing torch: bad keys fail fast
-    from srgan.training import TrainingInterrupted, train as run_training
+    from srgan.training import TrainingInterrupted
+    from srgan.training import train as run_training
 
     try:
         run_training(resolved, resume=resume)
     except TrainingInterrupted as stop:
         typer.echo(f"srgan: {stop}", err=True)
-        raise typer.Exit(128 + stop.signum)
+        raise typer.Exit(128 + stop.signum) from None  # said on the line above
 
 
 def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resume: Path | None) -> None:
@@ -53,7 +63,7 @@ def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resu
         folders = run_sweep(config, overrides, sweep, resume)
     except TrainingInterrupted as stop:
         typer.echo(f"srgan: {stop}", err=True)
-        raise typer.Exit(128 + stop.signum)
+        raise typer.Exit(128 + stop.signum) from None  # said on the line above
     rows = sort_rows([summarize(folder) for folder in folders])
     typer.echo(format_runs(rows, folders[0].parent))
     if any(row["state"] != "finished" for row in rows):
@@ -69,18 +79,18 @@ def config_list() -> None:
 
 
 def config_show(
-    name: str = typer.Argument("demo", help=CONFIG_HELP),
-    overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
+    name: Annotated[str, typer.Argument(help=CONFIG_HELP)] = "demo",
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
 ) -> None:
     """Print a config fully resolved (defaults and overrides applied), as YAML."""
     from srgan.configs import config_to_yaml, load_config
 
-    typer.echo(config_to_yaml(load_config(name, overrides)), nl=False)
+    typer.echo(config_to_yaml(load_config(name, overrides or [])), nl=False)
 
 
 def samples(
-    folder: Path = typer.Argument(..., help="Where to write the built-in photos."),
-    force: bool = typer.Option(False, "--force", help="Overwrite photos already there."),
+    folder: Annotated[Path, typer.Argument(help="Where to write the built-in photos.")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite photos already there.")] = False,
 ) -> None:
     """Copy the built-in sample photos (builtin:samples) into FOLDER/train and FOLDER/val, and a held-out
     set no preset trains on into FOLDER/heldout/photos and FOLDER/heldout/synthetic."""
@@ -98,7 +108,7 @@ def samples(
     plan: list[tuple[Path, Path]] = [
         (source, folder / part / f"{name}{source.suffix}")
         for part, names in (("train", TRAIN_SAMPLES), ("val", VAL_SAMPLES))
-        for name, source in zip(names, sample_paths(names))
+        for name, source in zip(names, sample_paths(names), strict=True)
     ]
     heldout = folder / "heldout"
     photo_targets = {name: heldout / "photos" / f"{name}.png" for name in HELDOUT_PHOTOS}

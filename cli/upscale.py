@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,36 +12,79 @@ from srgan.configs import SrganError
 
 
 def upscale(
-    inputs: List[Path] = typer.Argument(..., help="Image or video files, or folders of them."),
-    checkpoint: Path = typer.Option(
-        ..., "--checkpoint", "-k",
-        help="A checkpoint file, a run folder, or a leftthomas/SRGAN netG_epoch_*.pth.",
-    ),
-    output: Optional[Path] = typer.Option(
-        None, "--output", "-o", help="A folder, or for one input a file name: .png/.jpg/.webp for an image, "
-        ".mp4/.mkv/.mov for a video. Default: beside each input.",
-    ),
-    ext: str = typer.Option("png", "--ext", help="png, jpg or webp (images with alpha stay png when jpg is asked)."),
-    quality: int = typer.Option(95, "--quality", help="jpg and webp quality, 1-100."),
-    suffix: Optional[str] = typer.Option(None, "--suffix", help="Added to each stem. Default: _x<scale>."),
-    outscale: Optional[float] = typer.Option(
-        None, "--outscale", help="Final scale, any number > 0: the network's output is resized (Lanczos) to it.",
-    ),
-    tile: str = typer.Option(
-        "auto", "--tile", help="Tile side in input pixels; 0 = the whole image at once; auto = sized to free memory.",
-    ),
-    tile_pad: Optional[int] = typer.Option(
-        None, "--tile-pad", help="Context pixels each tile reads. Default: the generator's receptive radius (no seams).",
-    ),
-    alpha: str = typer.Option("bicubic", "--alpha", help="How alpha is upscaled: bicubic or network."),
-    batch: int = typer.Option(4, "--batch", help="Video frames per forward pass (fewer if they do not fit in memory)."),
-    crf: int = typer.Option(18, "--crf", help="H.264 quality of videos: 0 lossless, 18 near-transparent, 51 worst."),
-    compare: bool = typer.Option(
-        False, "--compare", help="Videos: also write <stem>_x<scale>_compare.mp4, bicubic | SR side by side.",
-    ),
-    force: bool = typer.Option(False, "--force", help="Overwrite existing outputs."),
-    device: str = typer.Option("auto", help=DEVICE_HELP),
-    precision: str = typer.Option("auto", help=PRECISION_HELP),
+    inputs: Annotated[list[Path], typer.Argument(help="Image or video files, or folders of them.")],
+    checkpoint: Annotated[
+        Path,
+        typer.Option(
+            "--checkpoint",
+            "-k",
+            help="A checkpoint file, a run folder, or a leftthomas/SRGAN netG_epoch_*.pth.",
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="A folder, or for one input a file name: .png/.jpg/.webp for an image, "
+            ".mp4/.mkv/.mov for a video. Default: beside each input.",
+        ),
+    ] = None,
+    ext: Annotated[
+        str,
+        typer.Option(
+            "--ext",
+            help="png, jpg or webp (images with alpha stay png when jpg is asked).",
+        ),
+    ] = "png",
+    quality: Annotated[int, typer.Option("--quality", help="jpg and webp quality, 1-100.")] = 95,
+    suffix: Annotated[str | None, typer.Option("--suffix", help="Added to each stem. Default: _x<scale>.")] = None,
+    outscale: Annotated[
+        float | None,
+        typer.Option(
+            "--outscale",
+            help="Final scale, any number > 0: the network's output is resized (Lanczos) to it.",
+        ),
+    ] = None,
+    tile: Annotated[
+        str,
+        typer.Option(
+            "--tile",
+            help="Tile side in input pixels; 0 = the whole image at once; auto = sized to free memory.",
+        ),
+    ] = "auto",
+    tile_pad: Annotated[
+        int | None,
+        typer.Option(
+            "--tile-pad",
+            help="Context pixels each tile reads. Default: the generator's receptive radius (no seams).",
+        ),
+    ] = None,
+    alpha: Annotated[str, typer.Option("--alpha", help="How alpha is upscaled: bicubic or network.")] = "bicubic",
+    batch: Annotated[
+        int,
+        typer.Option(
+            "--batch",
+            help="Video frames per forward pass (fewer if they do not fit in memory).",
+        ),
+    ] = 4,
+    crf: Annotated[
+        int,
+        typer.Option(
+            "--crf",
+            help="H.264 quality of videos: 0 lossless, 18 near-transparent, 51 worst.",
+        ),
+    ] = 18,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Videos: also write <stem>_x<scale>_compare.mp4, bicubic | SR side by side.",
+        ),
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing outputs.")] = False,
+    device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
+    precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
 ) -> None:
     """Upscale images and videos with a trained generator: <stem>_x<scale>.png (videos: .mp4, every frame, the
     same timestamps, the sound copied) beside each input or in -o."""

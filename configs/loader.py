@@ -189,7 +189,7 @@ def _build(cls: type, raw: Any, prefix: str, origin: str):
 
 
 def _convert(hint: Any, value: Any, key: str, origin: str):
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value, key + ".", origin)
     origin_type = typing.get_origin(hint)
     args = typing.get_args(hint)
@@ -301,7 +301,8 @@ def _check_values(c: Config, origin: str) -> None:
     if c.loss.weights.perceptual > 0:
         pools = vgg_pool_count(network, layer)
         need(c.data.crop_size >= 2**pools, "data.crop_size",
-             f"at least {2**pools} px: loss.perceptual.layer {layer} comes after {pools} 2x2 poolings", c.data.crop_size)
+             f"at least {2**pools} px: loss.perceptual.layer {layer} comes after {pools} 2x2 poolings",
+             c.data.crop_size)
     t = c.train
     need(t.epochs >= 1, "train.epochs", "at least 1", t.epochs)
     need(0 <= t.seed <= MAX_SEED, "train.seed", f"0 to {MAX_SEED}", t.seed)

@@ -27,7 +27,7 @@ log = logging.getLogger("srgan")
 
 
 
-def open_images(spec: str, key: str, min_side: int, cache_mb: int = 0) -> "FolderImages | PreparedImages":
+def open_images(spec: str, key: str, min_side: int, cache_mb: int = 0) -> FolderImages | PreparedImages:
     """The images of a `data.train`/`data.val` value: a prepared dataset
     (`srgan prepare`), a folder of image files, or builtin:samples."""
     if spec != BUILTIN_SAMPLES and is_prepared(Path(spec).expanduser()):
@@ -79,8 +79,8 @@ class FolderImages:
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # PIL decodes without the GIL
             decoded = list(pool.map(try_load_rgb8, paths[:cached]))
         keep = [image is not None for image in decoded] + [True] * (len(paths) - cached)
-        self.paths = [path for path, kept in zip(paths, keep) if kept]
-        self._sizes = [(h, w) for (w, h), kept in zip(sizes, keep) if kept]
+        self.paths = [path for path, kept in zip(paths, keep, strict=True) if kept]
+        self._sizes = [(h, w) for (w, h), kept in zip(sizes, keep, strict=True) if kept]
         self._cache = dict(enumerate(image for image in decoded if image is not None))  # position -> pixels
         if not self.paths:
             raise SrganError(f"{key}: none of the {len(paths)} images can be decoded")
@@ -104,7 +104,7 @@ class FolderImages:
     def size(self, i: int) -> tuple[int, int]:
         return self._sizes[i]
 
-    def select(self, indices: list[int]) -> "FolderImages":
+    def select(self, indices: list[int]) -> FolderImages:
         """The images at `indices` (in that order), as a set of their own."""
         chosen = copy.copy(self)
         chosen.paths = [self.paths[i] for i in indices]
@@ -129,7 +129,7 @@ class FolderImages:
 def bicubic_downscale(hr: np.ndarray, scale: int) -> np.ndarray:
     """HxWx3 uint8 -> (H/scale)x(W/scale)x3 uint8 with PIL's bicubic (antialiased)."""
     height, width = hr.shape[:2]
-    image = Image.fromarray(hr).resize((width // scale, height // scale), Image.BICUBIC)
+    image = Image.fromarray(hr).resize((width // scale, height // scale), Image.Resampling.BICUBIC)
     return np.asarray(image)
 
 
@@ -142,7 +142,7 @@ class TrainPairs(Dataset):
     """Random (lr, hr) crops, `repeat` per image per epoch, keyed by (epoch, index),
     from a FolderImages or a PreparedImages: the same crops from either."""
 
-    def __init__(self, images: "FolderImages | PreparedImages", crop_size: int, scale: int, repeat: int, seed: int):
+    def __init__(self, images: FolderImages | PreparedImages, crop_size: int, scale: int, repeat: int, seed: int):
         self.images, self.crop_size, self.scale = images, crop_size, scale
         self.repeat, self.seed = repeat, seed
         self._broken: set[int] = set()  # images found broken when decoded, in this process
@@ -228,7 +228,7 @@ class ValImages(Dataset):
     """Whole validation images (centre-cropped to a multiple of the scale,
     and to `max_size` a side when set): (name, lr, hr)."""
 
-    def __init__(self, images: "FolderImages | PreparedImages", scale: int, max_size: int = 0):
+    def __init__(self, images: FolderImages | PreparedImages, scale: int, max_size: int = 0):
         self.images, self.scale, self.max_size = images, scale, max_size
 
     def __len__(self) -> int:

@@ -85,7 +85,7 @@ class PreparedImages:
         start = entry["offset"]
         return self._pixels[start:start + height * width * 3].reshape(height, width, 3)
 
-    def select(self, indices: list[int]) -> "PreparedImages":
+    def select(self, indices: list[int]) -> PreparedImages:
         """The images at `indices` (in that order), as a set of their own."""
         chosen = copy.copy(self)
         chosen.entries = [self.entries[i] for i in indices]
@@ -183,12 +183,11 @@ def _write_pixels(paths: list[Path], target: Path, workers: int) -> tuple[list[d
     window = max(1, 2 * workers)
     with open(target, "wb") as f, ThreadPoolExecutor(max_workers=max(1, workers)) as pool, \
             tqdm(total=len(paths), unit="image", desc="prepare", dynamic_ncols=True) as bar:
-        pending = [pool.submit(try_load_rgb8, path) for path in paths[:window]]
+        pending = {n: pool.submit(try_load_rgb8, path) for n, path in enumerate(paths[:window])}
         for n, path in enumerate(paths):
-            image = pending[n].result()
+            image = pending.pop(n).result()  # the future goes: the decoded image goes once written
             if n + window < len(paths):
-                pending.append(pool.submit(try_load_rgb8, paths[n + window]))
-            pending[n] = None  # let the decoded image go once written
+                pending[n + window] = pool.submit(try_load_rgb8, paths[n + window])
             bar.update()
             if image is None:
                 skipped += 1

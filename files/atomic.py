@@ -15,8 +15,9 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, cast
 
 from srgan.configs.errors import SrganError, first_line
 
@@ -54,7 +55,7 @@ def check_output(
 
 def write_file(
     path: Path,
-    save: Callable[[BinaryIO], None],
+    save: Callable[[BinaryIO], object],
     overwrite: bool = False,
     inputs: Iterable[Path] = (),
     folder: Path | None = None,
@@ -65,13 +66,13 @@ def write_file(
     after removing the temporary file."""
     final = _checked_target(path, overwrite, inputs, folder)
     tmp = _temporary_name(final)
-    watched = None
+    watched: _WatchedFile | None = None
     existed = final.exists()
     try:
         try:
             with open(tmp, "xb") as f:
                 watched = _WatchedFile(f)
-                save(watched)
+                save(cast(BinaryIO, watched))  # it passes every attribute but write through to f
                 f.flush()
                 os.fsync(f.fileno())
             if overwrite:
@@ -83,7 +84,7 @@ def write_file(
     except BaseException as error:
         # torch.save reports a failed write as a RuntimeError of its own: the
         # OSError underneath is what the wrapper saw.
-        cause = error if isinstance(error, OSError) else getattr(watched, "error", None)
+        cause = error if isinstance(error, OSError) else watched.error if watched is not None else None
         if cause is not None and (cause is error or cause.errno in FULL_DISK_ERRNOS):
             raise _write_error(cause, path, final, existed) from None
         raise

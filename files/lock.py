@@ -25,7 +25,7 @@ class RunLock:
         self.path = Path(run_dir) / LOCK_NAME
         self._fd: int | None = None
 
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -46,7 +46,8 @@ class RunLock:
         previous = _read_holder(fd)
         if previous.get("pid") and previous.get("pid") != os.getpid():
             log.info("%s: taking over the stale lock of %s, which is no longer running", self.path, _describe(previous))
-        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")})
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "since": time.strftime("%Y-%m-%d %H:%M:%S")})
         try:  # who holds it, for the message of a second process; a full disk only costs that message
             os.ftruncate(fd, 0)
             os.pwrite(fd, record.encode() + b"\n", 0)
@@ -64,7 +65,7 @@ class RunLock:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

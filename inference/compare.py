@@ -9,10 +9,10 @@ import torch
 from PIL import Image, ImageDraw
 
 from srgan.configs.errors import SrganError, first_line
-from srgan.files import check_output
 from srgan.data import bicubic_downscale, load_rgb8
-from srgan.inference.metrics import psnr_y
+from srgan.files import check_output
 from srgan.inference.imageio import write_png
+from srgan.inference.metrics import psnr_y
 from srgan.inference.upscale import upscale_rgb8
 from srgan.models import Generator, Runtime
 
@@ -27,7 +27,7 @@ def mod_crop(image: np.ndarray, scale: int) -> np.ndarray:
 
 def bicubic_upscale(lr: np.ndarray, scale: int) -> np.ndarray:
     height, width = lr.shape[:2]
-    return np.asarray(Image.fromarray(lr).resize((width * scale, height * scale), Image.BICUBIC))
+    return np.asarray(Image.fromarray(lr).resize((width * scale, height * scale), Image.Resampling.BICUBIC))
 
 
 def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
@@ -61,8 +61,8 @@ def compare_picture(generator: Generator, runtime: Runtime, image_path: Path, ou
 
     border = generator.scale
     scores = {"bicubic_psnr": psnr_y(chw(bicubic), chw(hr), border), "sr_psnr": psnr_y(chw(sr), chw(hr), border)}
-    panels = [labelled(bicubic, f"bicubic {scores['bicubic_psnr']:.2f} dB"), labelled(sr, f"SR {scores['sr_psnr']:.2f} dB"),
-              labelled(hr, "original")]
+    panels = [labelled(bicubic, f"bicubic {scores['bicubic_psnr']:.2f} dB"),
+              labelled(sr, f"SR {scores['sr_psnr']:.2f} dB"), labelled(hr, "original")]
     write_png(side_by_side(panels), out_path, overwrite=force, inputs=(image_path,))
     return scores
 

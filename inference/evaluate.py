@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ def _chw(image: np.ndarray) -> torch.Tensor:
 
 
 def _means(images: list[dict]) -> dict:
-    mean = {
+    mean: dict[str, Any] = {
         kind: {metric: float(np.mean([im[kind][metric] for im in images])) for metric in ("psnr", "ssim")}
         for kind in ("sr", "bicubic")
     }
@@ -46,7 +47,8 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
             raise SrganError(f"{folder}: no images in it")
         paths += [(index, path) for path in found]
     network = inference_network(generator, runtime)
-    images, failed, folder_of = [], [], []
+    images: list[dict[str, Any]] = []
+    failed, folder_of = [], []
     for index, path in paths:
         try:
             hr = mod_crop(load_rgb8(path), scale)
@@ -72,7 +74,7 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
     per_folder = []
     if len(folders) > 1:
         for index, folder in enumerate(folders):
-            scored = [im for im, i in zip(images, folder_of) if i == index]
+            scored = [im for im, i in zip(images, folder_of, strict=True) if i == index]
             if scored:
                 per_folder.append({"folder": str(folder), "name": folder.name or str(folder), "images": len(scored),
                                    **_means(scored)})

@@ -16,7 +16,12 @@ def fuse_for_inference(generator: Generator) -> Generator:
     g = copy.deepcopy(generator).eval()
     if g.norm == "batch":
         for block in g.body:
-            block.conv1, block.bn1 = fuse_conv_bn_eval(block.conv1, block.bn1), nn.Identity()
-            block.conv2, block.bn2 = fuse_conv_bn_eval(block.conv2, block.bn2), nn.Identity()
-        g.body_end = nn.Sequential(fuse_conv_bn_eval(g.body_end[0], g.body_end[1]))
+            block.conv1, block.bn1 = _fused(block.conv1, block.bn1), nn.Identity()
+            block.conv2, block.bn2 = _fused(block.conv2, block.bn2), nn.Identity()
+        g.body_end = nn.Sequential(_fused(g.body_end[0], g.body_end[1]))
     return g.requires_grad_(False)
+
+
+def _fused(conv: object, bn: object) -> nn.Conv2d:
+    assert isinstance(conv, nn.Conv2d) and isinstance(bn, nn.BatchNorm2d)  # norm "batch": each conv has its BN
+    return fuse_conv_bn_eval(conv, bn)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 from tqdm import tqdm
 
 from srgan.configs.errors import SrganError
@@ -55,7 +56,7 @@ def tile_grid(height: int, width: int, tile: int, pad: int) -> list[Tile]:
     def spans(size: int) -> list[tuple[int, int]]:
         count = 1 if tile <= 0 else math.ceil(size / tile)
         edges = [round(i * size / count) for i in range(count + 1)]
-        return list(zip(edges[:-1], edges[1:]))
+        return list(zip(edges[:-1], edges[1:], strict=True))
 
     return [
         Tile(top, bottom, left, right,
@@ -103,7 +104,7 @@ def auto_tile(generator: Generator, runtime: Runtime, height: int, width: int, p
     return max(MIN_TILE, math.isqrt(budget // per_pixel) - 2 * pad)
 
 
-def to_output_pixels(sr: torch.Tensor, dtype: np.dtype, gray: bool) -> np.ndarray:
+def to_output_pixels(sr: torch.Tensor, dtype: DTypeLike, gray: bool) -> np.ndarray:
     """1x3xHxW in [0, 1] -> HxWx3 (or HxW luma when `gray`) of `dtype`:
     uint8 and uint16 rounded to their full range, float32 as it is."""
     sr = sr[0].float().clamp(0, 1)

@@ -17,8 +17,8 @@ from tqdm import tqdm
 from srgan.configs.errors import SrganError
 from srgan.data.images import IMAGE_EXTENSIONS, find_images
 from srgan.files import check_output
-from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
 from srgan.inference.fused import fuse_for_inference
+from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
 from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
 from srgan.inference.video import (
     VIDEO_CONTAINERS,
@@ -137,12 +137,12 @@ def upscale_picture(
         if options.alpha == "network":
             alpha = upscale_pixels(generator, alpha, runtime, tile, pad, progress and f"{progress} (alpha)")
         else:
-            alpha = resize(alpha, (width * generator.scale, height * generator.scale), Image.BICUBIC)
+            alpha = resize(alpha, (width * generator.scale, height * generator.scale), Image.Resampling.BICUBIC)
     if options.outscale is not None and options.outscale != generator.scale:
         height, width = picture.color.shape[:2]
         size = (max(1, round(width * options.outscale)), max(1, round(height * options.outscale)))
-        color = resize(color, size, Image.LANCZOS)
-        alpha = None if alpha is None else resize(alpha, size, Image.LANCZOS)
+        color = resize(color, size, Image.Resampling.LANCZOS)
+        alpha = None if alpha is None else resize(alpha, size, Image.Resampling.LANCZOS)
     return Picture(color, alpha, picture.icc_profile)
 
 
@@ -229,7 +229,8 @@ def plan_outputs(
     output lies in the folder asked for (beside its input, or -o), is no
     input, is claimed once, and exists only with --force."""
     writable = (*OUTPUT_FORMATS, *VIDEO_CONTAINERS)
-    names_a_file = output is not None and output.suffix.lower() in writable and not output.is_dir()
+    named = output if output is not None and output.suffix.lower() in writable and not output.is_dir() else None
+    names_a_file = named is not None  # -o names the one file to write
     if output is not None and not names_a_file and not output.is_dir() and output.suffix.lower() in FOREIGN_EXTENSIONS:
         raise SrganError(f"-o {output}: cannot write {output.suffix} files; expected a folder, or a file name "
                          f"ending in {', '.join(sorted(OUTPUT_FORMATS))} (images) or "
@@ -238,7 +239,7 @@ def plan_outputs(
         raise SrganError(f"-o {output}: a file that is not an image srgan writes; expected a folder")
     if names_a_file and len(files) > 1:
         raise SrganError(f"-o {output}: names one file, but there are {len(files)} inputs (give a folder)")
-    if names_a_file and files and is_video(files[0]) != (output.suffix.lower() in VIDEO_CONTAINERS):
+    if named is not None and files and is_video(files[0]) != (named.suffix.lower() in VIDEO_CONTAINERS):
         kind, expected = ("a video", VIDEO_CONTAINERS) if is_video(files[0]) else ("an image", OUTPUT_FORMATS)
         raise SrganError(f"-o {output}: {files[0]} is {kind}; expected a file name ending in "
                          f"{', '.join(sorted(expected))}")
@@ -247,8 +248,8 @@ def plan_outputs(
         raise SrganError(f"--suffix {suffix!r}: expected a suffix for a file name, without '/'")
     plan = []
     for source in files:
-        if names_a_file:
-            target = output
+        if named is not None:
+            target = named
         elif is_video(source):
             target = (source.parent if output is None else output) / f"{source.stem}{suffix}.mp4"
         else:
@@ -259,7 +260,7 @@ def plan_outputs(
     inputs = {_identity(source) for source in files}
     claimed: dict[Path, Path] = {}
     for source, target in plan:
-        folder = (source.parent if output is None else output) if not names_a_file else output.parent
+        folder = (source.parent if output is None else output) if named is None else named.parent
         for written in video_outputs(target, options.compare) if is_video(source) else [target]:
             if written.exists() and _identity(written) in inputs:
                 raise SrganError(f"{written}: would overwrite an input {'video' if is_video(written) else 'image'}; "

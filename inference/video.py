@@ -18,10 +18,11 @@ import logging
 import queue
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -40,7 +41,10 @@ from srgan.inference.tiles import (
 )
 from srgan.models import Generator, Runtime
 
-if TYPE_CHECKING:  # upscale.py imports this module
+if TYPE_CHECKING:  # upscale.py imports this module; PyAV is optional
+    from av.audio.stream import AudioStream
+    from av.video.stream import VideoStream
+
     from srgan.inference.upscale import UpscaleOptions
 
 log = logging.getLogger("srgan")
@@ -164,9 +168,10 @@ def upscale_video(
         # upscales on a CPU. With a GPU, x264 takes what it needs (0: FFmpeg's choice).
         threads = 1 if runtime.device.type == "cpu" else 0
         # The upscaled clip gets the sound; the comparison (bicubic | SR) is for the eyes.
+        # Without a comparison there is one target, and zip stops after it.
         sinks = [_Sink(av, temp, path, size, _time_base(video), _rate(video), options.crf, threads,
                        [] if compare else sound, compare)
-                 for temp, path, compare in zip(temps, targets, (False, True))]
+                 for temp, path, compare in zip(temps, targets, (False, True), strict=False)]
         for sink in sinks:
             stack.callback(sink.close)
         job = _Job(batch, take_turns=TAKE_TURNS_ON_CPU and runtime.device.type == "cpu")
@@ -179,7 +184,7 @@ def upscale_video(
     return targets
 
 
-def _streams(av, source: Path, clip) -> tuple[object, list]:
+def _streams(av, source: Path, clip) -> tuple[VideoStream, list[AudioStream]]:
     """The first video stream (not a cover picture) and every sound stream."""
     videos = [s for s in clip.streams.video if not s.disposition & av.stream.Disposition.attached_pic]
     if not videos:
@@ -385,7 +390,7 @@ def _upscale_frames(network: Generator, runtime: Runtime, batch: int, tile: int,
                 log.warning("CUDA out of memory with %d frames at once: going on one frame at a time", batch)
                 batch = 1
                 sr = np.concatenate([upscale_batch(network, [f], runtime, tile, pad) for f in frames])
-            for frame, pixels in zip(pending, sr):
+            for frame, pixels in zip(pending, sr, strict=True):
                 job.upscaled.put(_Upscaled(pixels, frame))
             done += len(pending)
             bar.update(len(pending))
@@ -401,7 +406,7 @@ def _encode(source: Path, sinks: list[_Sink], job: _Job) -> None:
     """The encoder's thread: each SR frame into every output, sound packets
     into the first. An output is opened at its first frame (its rotation is
     known then); sound packets that come before it wait."""
-    waiting = []
+    waiting: list = []  # sound packets
     while (item := job.upscaled.get()) is not _END:
         if isinstance(item, _Upscaled):
             with job.turns:
@@ -460,9 +465,9 @@ class _Sink:
     def write(self, item: _Upscaled) -> None:
         pixels = item.pixels
         if pixels.shape[1::-1] != self.size:  # --outscale, or an even size to round to
-            pixels = resize(pixels, self.size, Image.LANCZOS)
+            pixels = resize(pixels, self.size, Image.Resampling.LANCZOS)
         if self.compare:
-            pixels = np.concatenate([resize(item.lr.pixels, self.size, Image.BICUBIC), pixels], axis=1)
+            pixels = np.concatenate([resize(item.lr.pixels, self.size, Image.Resampling.BICUBIC), pixels], axis=1)
         frame = self.av.VideoFrame.from_ndarray(pixels, format="rgb24")
         frame = frame.reformat(format="yuv420p", dst_colorspace="ITU709", dst_color_range="MPEG")
         frame.pts, frame.time_base = item.lr.pts, self.time_base

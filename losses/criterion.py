@@ -43,7 +43,8 @@ class GeneratorCriterion(nn.Module):
             terms["perceptual"] = perceptual_loss(self.vgg, sr, hr)
         if self.weights["tv"] > 0:
             terms["tv"] = tv_loss(sr.float())
-        total = sum(self.weights[name] * value for name, value in terms.items())
         if not terms:
-            total = sr.sum() * 0.0  # every weight 0: a zero loss that still backpropagates
+            return sr.sum() * 0.0, terms  # every weight 0: a zero loss that still backpropagates
+        total = sum(self.weights[name] * value for name, value in terms.items())
+        assert isinstance(total, torch.Tensor)  # a sum of tensors, not sum()'s start, 0
         return total, terms

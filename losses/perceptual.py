@@ -30,7 +30,7 @@ def vgg_features(network: str, count: int) -> nn.Sequential:
     classifier is never built."""
     layers: list[nn.Module] = []
     c_in = 3
-    for convs, width in zip(VGG_BLOCKS[network], _WIDTHS):
+    for convs, width in zip(VGG_BLOCKS[network], _WIDTHS, strict=True):
         for _ in range(convs):
             layers += [nn.Conv2d(c_in, width, 3, padding=1), nn.ReLU(inplace=True)]
             c_in = width
@@ -42,9 +42,13 @@ class VGGFeatures(nn.Module):
     """VGG `features` up to a named layer, frozen, always in eval mode, on
     images in [0, 1] (ImageNet normalisation is applied here)."""
 
+    mean: torch.Tensor  # buffers
+    std: torch.Tensor
+
     def __init__(self, network: str, layer: str, state_dict: dict[str, torch.Tensor] | None):
         super().__init__()
         count = vgg_layer_count(network, layer)
+        assert count is not None, layer  # the config's loader checked the name
         self.features = vgg_features(network, count)
         if state_dict is not None:
             self.features.load_state_dict(state_dict)
@@ -53,7 +57,7 @@ class VGGFeatures(nn.Module):
         self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
         self.eval()
 
-    def train(self, mode: bool = True) -> "VGGFeatures":
+    def train(self, mode: bool = True) -> VGGFeatures:
         return super().train(False)  # a fixed feature extractor: never train mode
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -71,6 +75,7 @@ def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
     """The feature network the config asks for; raises SrganError when
     `weights: imagenet` cannot be had, naming the alternatives."""
     count = vgg_layer_count(config.network, config.layer)
+    assert count is not None, config.layer  # the config's loader checked the name
     choice = config.weights
     if choice == "none":
         return VGGFeatures(config.network, config.layer, None)
@@ -113,7 +118,8 @@ def _with_weights(config: PerceptualConfig, state: dict[str, torch.Tensor], orig
         return VGGFeatures(config.network, config.layer, state)
     except (RuntimeError, TypeError, AttributeError, ValueError) as error:  # missing keys, wrong shapes or types
         raise SrganError(
-            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {config.layer} ({first_line(error)})"
+            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {config.layer} "
+            f"({first_line(error)})"
         ) from None
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-
 from typing import TYPE_CHECKING
 
 import torch
@@ -74,18 +73,20 @@ class Generator(nn.Module):
         self.head = nn.Sequential(nn.Conv2d(3, channels, 9, padding=4), nn.PReLU())
         self.body = nn.Sequential(*(ResidualBlock(channels, norm, res_scale) for _ in range(blocks)))
         self.body_end = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), norm_layer(norm, channels))
-        self.upsample = nn.Sequential(*(UpsampleBlock(channels) for _ in range(int(math.log2(scale)))))
+        stages = [UpsampleBlock(channels) for _ in range(int(math.log2(scale)))]
+        self.upsample = nn.Sequential(*stages)
         self.tail = nn.Conv2d(channels, 3, 9, padding=4)
         if icnr:
-            for stage in self.upsample:
+            for stage in stages:
                 icnr_init(stage.conv.weight, 2)
         if residual == "bicubic":
             nn.init.zeros_(self.tail.weight)
+            assert self.tail.bias is not None  # a Conv2d's bias, by default
             nn.init.zeros_(self.tail.bias)
             self.bicubic = BicubicUpsample(scale)
 
     @classmethod
-    def from_config(cls, model: "ModelConfig") -> "Generator":
+    def from_config(cls, model: ModelConfig) -> Generator:
         """The generator a config's `model` section describes."""
         return cls(model.scale, model.blocks, model.channels, model.norm, model.residual, model.res_scale,
                    model.icnr)
@@ -102,6 +103,7 @@ class Generator(nn.Module):
         # the same parameters, without the C-channel full-resolution tensors, and
         # 2x faster: oneDNN runs a conv with 3 output channels poorly.
         last = self.upsample[-1]
+        assert isinstance(last, UpsampleBlock) and self.tail.bias is not None  # both built so in __init__
         h = last.prelu(last.conv(h))
         weight = tail_before_shuffle(self.tail.weight)
         h = F.conv2d(h, weight, self.tail.bias.repeat_interleave(4), padding=weight.shape[-1] // 2)
@@ -138,6 +140,7 @@ class BicubicUpsample(nn.Module):
     the two differ in the outermost pixels only)."""
 
     REACH = 2  # LR pixels each side an output pixel reads
+    kernel: torch.Tensor  # a buffer
 
     def __init__(self, scale: int):
         super().__init__()

@@ -50,16 +50,17 @@ def generator_from_leftthomas(state: dict[str, torch.Tensor], origin: str = "sta
         raise SrganError(f"{origin}: a leftthomas/SRGAN state dict without the expected "
                          f"{end}.0 (conv), {last}.N.conv (x2 stages) and {last}.N (last conv) keys")
     renamed = {}
-    for key, value in state.items():
+    for key, tensor in state.items():
         new = _rename(key, blocks, stages)
         if new is None:
             raise SrganError(f"{origin}: unexpected key {key!r} for a leftthomas/SRGAN generator")
-        renamed[new] = value
+        renamed[new] = tensor
     generator = Generator(2**stages, blocks, channels)
     try:
         generator.load_state_dict(renamed)
     except RuntimeError as error:
-        raise SrganError(f"{origin}: leftthomas/SRGAN weights that do not fit an SRResNet ({first_line(error)})") from None
+        raise SrganError(
+            f"{origin}: leftthomas/SRGAN weights that do not fit an SRResNet ({first_line(error)})") from None
     return generator
 
 

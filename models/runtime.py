@@ -6,10 +6,13 @@ import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
 from srgan.configs.errors import SrganError
+
+M = TypeVar("M", bound=torch.nn.Module)
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -26,9 +29,10 @@ class Runtime:
     def memory_format(self) -> torch.memory_format:
         return torch.channels_last if self.channels_last else torch.contiguous_format
 
-    def place(self, module: torch.nn.Module) -> torch.nn.Module:
+    def place(self, module: M) -> M:
         """Move a network to the device, in the memory format."""
-        return module.to(self.device, memory_format=self.memory_format)
+        # Module.to takes a device and a memory_format at once; torch's stubs list them apart.
+        return module.to(self.device, memory_format=self.memory_format)  # type: ignore[call-overload]
 
     def tensor(self, x: torch.Tensor) -> torch.Tensor:
         """Move an NCHW batch to the device, in the memory format."""
@@ -113,4 +117,5 @@ def set_deterministic(enabled: bool) -> None:
     torch.backends.cudnn.deterministic = enabled
     torch.backends.cudnn.benchmark = not enabled  # autotuning picks kernels by timing: not repeatable
     if hasattr(torch.backends.mkldnn, "deterministic"):
-        torch.backends.mkldnn.deterministic = enabled
+        # a ContextProp, which the module's class makes assignable; torch's stubs do not say so
+        torch.backends.mkldnn.deterministic = enabled  # type: ignore[assignment]

@@ -3,12 +3,11 @@ import json
 
 import torch
 
+from conftest import run_cli
 from srgan.configs import load_config
 from srgan.models import resolve_runtime
 from srgan.training.loop import build_parts
 from srgan.training.step import gan_step
-
-from conftest import run_cli
 
 TINY = ["model.blocks=1", "model.channels=8", "model.d_channels=8", "loss.perceptual.weights=none",
         "loss.perceptual.layer=relu1_2", "train.precision=fp32", "train.device=cpu"]
@@ -33,7 +32,7 @@ def test_channels_last_computes_what_nchw_does():
         assert torch.allclose(stats_a[name], stats_b[name], rtol=1e-4, atol=1e-6), name
     # conv biases before a BatchNorm have a true gradient of 0: compare against the overall scale
     scale = max(g.abs().max().item() for g in grads_b)
-    for a, b in zip(grads_a, grads_b):
+    for a, b in zip(grads_a, grads_b, strict=True):
         assert torch.allclose(a, b, rtol=1e-3, atol=1e-3 * scale)
 
 
@@ -53,7 +52,8 @@ def test_bench_refuses_a_yardstick_of_other_shapes(tmp_path):
     script = tmp_path / "yardstick.py"
     script.write_text("print('{}')\n")
     args = [a for v in TINY for a in ("--set", v)]
-    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script))
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1",
+                     "--yardstick", str(script))
     assert result.returncode == 2 and "its step has 16 blocks" in result.stderr
 
 
@@ -71,7 +71,8 @@ def test_bench_upscale_reports_its_figures_and_matches_the_plain_forward():
 
 def test_bench_compares_retain_graph_with_detach_in_one_run():
     args = [a for v in TINY for a in ("--set", v)]
-    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "2", "--compare-update", "--json")
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "2",
+                     "--compare-update", "--json")
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["update"] == "retain_graph" and figures["detach_median_s_per_step"] > 0

@@ -82,9 +82,11 @@ def test_upscale_a_451x300_photo_to_1804x1200(trained_run, tmp_path):
 
 def test_upscale_a_folder_into_an_output_folder(trained_run, photo_dir, tmp_path):
     run_dir, _ = trained_run
-    result = run_cli("upscale", str(photo_dir), "-k", str(run_dir / "checkpoints" / "last.pt"), "-o", str(tmp_path / "out"))
+    result = run_cli("upscale", str(photo_dir), "-k", str(run_dir / "checkpoints" / "last.pt"),
+                     "-o", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["astronaut_x4.png", "chelsea_x4.png", "coffee_x4.png"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "astronaut_x4.png", "chelsea_x4.png", "coffee_x4.png"]
     assert Image.open(tmp_path / "out" / "coffee_x4.png").size == (512, 512)
 
 

@@ -59,6 +59,7 @@ def test_compiled_networks_train(photo_dir, tmp_path):
 
 def test_cuda_out_of_memory_halves_the_tile(caplog):
     import numpy as np
+
     from srgan.inference.upscale import inference_network, upscale_pixels
 
     runtime = resolve_runtime("cuda", "fp32", True)

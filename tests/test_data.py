@@ -5,11 +5,18 @@ import pytest
 import torch
 from PIL import Image
 
-from srgan.configs import SrganError
-from srgan.data import (BUILTIN_SAMPLES, EpochSampler, FolderImages, TrainPairs, ValImages, load_rgb8,
-                        open_images, resolve_images)
-
 from conftest import skimage_photo
+from srgan.configs import SrganError
+from srgan.data import (
+    BUILTIN_SAMPLES,
+    EpochSampler,
+    FolderImages,
+    TrainPairs,
+    ValImages,
+    load_rgb8,
+    open_images,
+    resolve_images,
+)
 
 
 def test_folder_is_searched_recursively(photo_dir):
@@ -75,7 +82,8 @@ def test_crops_pair_an_lr_with_its_hr_deterministically(photo_dir):
     assert torch.equal(lr, again_lr) and torch.equal(hr, again_hr)
     assert not torch.equal(hr, dataset[(2, 3)][1])  # another epoch, another crop
     # the LR is the bicubic downscale of the HR crop
-    expected = np.array(Image.fromarray((hr * 255).round().byte().permute(1, 2, 0).numpy()).resize((8, 8), Image.BICUBIC))
+    hr8 = (hr * 255).round().byte().permute(1, 2, 0).numpy()
+    expected = np.array(Image.fromarray(hr8).resize((8, 8), Image.BICUBIC))
     assert torch.equal((lr * 255).round().byte().permute(1, 2, 0), torch.from_numpy(expected))
 
 
@@ -85,10 +93,11 @@ def test_batches_do_not_depend_on_the_number_of_workers(photo_dir):
     for workers in (0, 2):
         sampler = EpochSampler(len(dataset), 4, seed=3)
         sampler.set_epoch(2)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=workers, drop_last=True)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=workers,
+                                             drop_last=True)
         results.append([hr for _, hr in loader])
     assert len(results[0]) == 3
-    assert all(torch.equal(a, b) for a, b in zip(*results))
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
 
 
 def test_sampler_resumes_mid_epoch_and_cycles_small_sets():
@@ -129,7 +138,7 @@ def test_ranks_share_each_global_batch_and_resume_on_another_count():
 def test_any_mode_decodes_to_rgb8(tmp_path, mode):
     rgb = skimage_photo("chelsea")[:40, :50]
     if mode == "I;16":
-        im = Image.fromarray((rgb[:, :, 0].astype(np.uint16) * 257))
+        im = Image.fromarray(rgb[:, :, 0].astype(np.uint16) * 257)
     else:
         im = Image.fromarray(rgb).convert(mode)
     path = tmp_path / ("x.tif" if mode == "CMYK" else "x.png")
@@ -166,4 +175,4 @@ def test_the_decoded_cache_gives_the_same_crops(photo_dir, caplog):
     for key in [(1, 0), (1, 4), (3, 5)]:
         first = datasets[0][key]
         for other in datasets[1:]:
-            assert all(torch.equal(a, b) for a, b in zip(first, other[key]))
+            assert all(torch.equal(a, b) for a, b in zip(first, other[key], strict=True))

@@ -9,9 +9,8 @@ import time
 import pytest
 import torch
 
-from srgan.models import load_checkpoint
-
 from conftest import run_cli, set_args, tiny_overrides
+from srgan.models import load_checkpoint
 
 
 def start_training(photo_dir, run_dir, *extra):

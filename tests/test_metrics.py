@@ -9,9 +9,8 @@ import torch
 from PIL import Image
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-from srgan.inference.metrics import psnr_y, rgb8_to_y, ssim_y
-
 from conftest import run_cli, skimage_photo
+from srgan.inference.metrics import psnr_y, rgb8_to_y, ssim_y
 
 SET5 = Path(__file__).parent / "data" / "Set5"
 
@@ -110,7 +109,7 @@ def test_evaluate_gives_a_mean_per_folder_as_the_literature_reports_each_set(tmp
     scores = json.loads(out.read_text())
     assert [(f["name"], f["images"]) for f in scores["folders"]] == [("Set5", 5), ("photos", 2)]
     set5, mine = scores["images"][:5], scores["images"][5:]
-    for folder, images in zip(scores["folders"], (set5, mine)):
+    for folder, images in zip(scores["folders"], (set5, mine), strict=True):
         assert folder["bicubic"]["psnr"] == pytest.approx(np.mean([im["bicubic"]["psnr"] for im in images]))
         assert folder["gain_psnr"] == pytest.approx(np.mean([im["gain_psnr"] for im in images]))
     assert round(scores["folders"][0]["bicubic"]["psnr"], 2) == 28.43  # Set5 alone, as in the literature

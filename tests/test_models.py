@@ -1,9 +1,8 @@
 import pytest
 import torch
 
-from srgan.models import Discriminator, Generator
-
 from conftest import skimage_photo
+from srgan.models import Discriminator, Generator
 
 
 def srresnet_parameters(scale: int, blocks: int, c: int) -> int:

@@ -48,7 +48,7 @@ def test_crops_from_a_prepared_set_are_the_folders_crops(photo_dir, prepared):
     sliced = TrainPairs(open_images(str(prepared), "data.train", 32), 32, 4, 3, seed=11)
     assert isinstance(sliced.images, PreparedImages) and isinstance(folder.images, FolderImages)
     for key in [(1, 0), (1, 5), (2, 7), (9, 8)]:
-        for a, b in zip(folder[key], sliced[key]):
+        for a, b in zip(folder[key], sliced[key], strict=True):
             assert torch.equal(a, b)
 
 

@@ -41,7 +41,7 @@ def test_retain_graph_and_detach_reach_the_same_parameters():
         sa, sb = gan_step(a, lr, hr), gan_step(b, lr, hr)
         assert torch.allclose(sa["g_loss"], sb["g_loss"], rtol=1e-6, atol=1e-7)
     for net in ("generator", "discriminator"):
-        for pa, pb in zip(getattr(a, net).parameters(), getattr(b, net).parameters()):
+        for pa, pb in zip(getattr(a, net).parameters(), getattr(b, net).parameters(), strict=True):
             assert torch.allclose(pa, pb, rtol=1e-5, atol=1e-7), net
 
 
@@ -71,9 +71,11 @@ def test_one_generator_forward_and_backward_per_step():
     for update in ("retain_graph", "detach"):
         parts = make_parts(update)
         calls = {"forward": 0, "backward": 0}
-        parts.generator.register_forward_hook(lambda *_: calls.__setitem__("forward", calls["forward"] + 1))
+        parts.generator.register_forward_hook(
+            lambda *_, calls=calls: calls.__setitem__("forward", calls["forward"] + 1))
         # fires each time a backward computes the gradient of G's first weight
-        parts.generator.head[0].weight.register_hook(lambda g: calls.__setitem__("backward", calls["backward"] + 1))
+        parts.generator.head[0].weight.register_hook(
+            lambda g, calls=calls: calls.__setitem__("backward", calls["backward"] + 1))
         for lr, hr in batches(2):
             gan_step(parts, lr, hr)
         assert calls == {"forward": 2, "backward": 2}, update
@@ -88,7 +90,7 @@ def test_d_gradients_come_from_d_loss_alone():
     fake = G0(lr).detach()
     d_loss = discriminator_loss(D0(hr), D0(fake), "bce")
     expected = torch.autograd.grad(d_loss, list(D0.parameters()))
-    for got, want in zip((p.grad for p in parts.discriminator.parameters()), expected):
+    for got, want in zip((p.grad for p in parts.discriminator.parameters()), expected, strict=True):
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-7)
 
 

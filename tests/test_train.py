@@ -6,11 +6,10 @@ import json
 import pytest
 import torch
 
+from conftest import tiny_overrides
 from srgan.configs import SrganError, load_config
 from srgan.models import generator_from_checkpoint, load_checkpoint
 from srgan.training import train
-
-from conftest import tiny_overrides
 
 
 def tiny(photo_dir, val_dir, run_dir, *extra, base="demo"):
@@ -37,7 +36,8 @@ def test_validation_writes_scores_best_checkpoint_and_pictures(photo_dir, val_di
     assert len({v["bicubic_psnr"] for v in validation}) == 1 and float(validation[0]["bicubic_psnr"]) > 20
     best = load_checkpoint(run / "checkpoints" / "best.pt")
     best_row = max(validation, key=lambda v: float(v["psnr"]))
-    assert best["step"] == int(best_row["step"]) and best["best_psnr"] == pytest.approx(float(best_row["psnr"]), abs=1e-3)
+    assert best["step"] == int(best_row["step"])
+    assert best["best_psnr"] == pytest.approx(float(best_row["psnr"]), abs=1e-3)
     from PIL import Image
 
     sheet = Image.open(run / "samples" / "epoch_002.png")

@@ -340,7 +340,8 @@ def to_leftthomas(state: dict[str, torch.Tensor], blocks: int, stages: int) -> d
 def test_leftthomas_state_dict_maps_onto_the_generator():
     ours = random_generator(4, 5, 16)
     theirs = to_leftthomas(ours.state_dict(), blocks=5, stages=2)
-    assert {"block1.0.weight", "block6.bn2.running_var", "block7.1.weight", "block8.1.prelu.weight", "block8.2.weight"} <= set(theirs)
+    assert {"block1.0.weight", "block6.bn2.running_var", "block7.1.weight", "block8.1.prelu.weight",
+            "block8.2.weight"} <= set(theirs)
     assert is_leftthomas_state_dict(theirs) and not is_leftthomas_state_dict(ours.state_dict())
     mapped = generator_from_leftthomas(theirs).eval()
     assert (mapped.scale, mapped.blocks, mapped.channels) == (4, 5, 16)

@@ -12,15 +12,20 @@ import numpy as np
 import pytest
 import torch
 
+import test_upscale
 from conftest import run_cli, skimage_photo
 from srgan.bench.video import panning_frames, write_clip
 from srgan.inference import video
 from srgan.inference.metrics import psnr_y
 from srgan.inference.upscale import upscale_rgb8
 from srgan.models import Runtime
-from test_upscale import checkpoint, random_generator  # noqa: F401 (checkpoint: the same tiny generator's fixture)
+from test_upscale import random_generator
 
 av = pytest.importorskip("av")
+
+# The same tiny generator's fixture as test_upscale's (an assignment, which a test's
+# parameter of that name may shadow; an imported name would look unused).
+checkpoint = test_upscale.checkpoint
 
 CPU32 = Runtime(torch.device("cpu"), "fp32")
 CPU = ("--device", "cpu", "--precision", "fp32")
@@ -84,7 +89,7 @@ def test_every_frame_as_the_image_path_with_its_timestamps_and_sound(checkpoint,
     codec, duration, packets = sound_of(out)
     assert (codec, duration) == sound_of(clip)[:2] and duration > Fraction(1, 2)
     assert packets == sound_of(clip)[2]  # copied, not re-encoded
-    scores = [psnr(upscale_rgb8(g, frame, CPU32), got) for frame, got in zip(lr, sr)]
+    scores = [psnr(upscale_rgb8(g, frame, CPU32), got) for frame, got in zip(lr, sr, strict=True)]
     assert min(scores) > 35, scores
 
     side, side_times = decode(compare)

@@ -12,6 +12,7 @@ import logging
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,7 +41,7 @@ class World:
         return self.size > 1
 
     @classmethod
-    def from_environment(cls, device: str, timeout_s: int) -> "World":
+    def from_environment(cls, device: str, timeout_s: int) -> World:
         """Join the process group torchrun describes in the environment (RANK,
         WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), NCCL on CUDA, gloo on the
         CPU; a world of one without torchrun. Collectives time out after
@@ -91,7 +92,7 @@ class World:
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
         device_ids = [self.local_rank] if next(module.parameters()).is_cuda else None
         # Newer PyTorch names the switch forward_sync_buffers (rank 0's buffers are still copied once, at the start).
-        no_sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(
+        no_sync: dict[str, Any] = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(
             DistributedDataParallel.__init__).parameters else {"broadcast_buffers": False})
         return DistributedDataParallel(module, device_ids=device_ids, **no_sync)
 
@@ -144,7 +145,7 @@ class World:
         """Average the BatchNorm running statistics over the ranks (see wrap)."""
         if not self.distributed:
             return
-        for name, buffer in unwrap(module).named_buffers():
+        for buffer in unwrap(module).buffers():
             if buffer.is_floating_point():
                 dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
                 buffer.div_(self.size)
@@ -163,7 +164,7 @@ class World:
         low, high = sums.clone(), sums.clone()
         dist.all_reduce(low, op=dist.ReduceOp.MIN)
         dist.all_reduce(high, op=dist.ReduceOp.MAX)
-        for name, a, b in zip(modules, low.tolist(), high.tolist()):
+        for name, a, b in zip(modules, low.tolist(), high.tolist(), strict=True):
             if a != b:
                 raise SrganError(f"the {name}'s weights differ between ranks ({a!r} .. {b!r}); stopping")
         if not self._sync_reported:

@@ -15,7 +15,7 @@ class GeneratorEMA:
 
     @torch.no_grad()
     def update(self, generator: nn.Module) -> None:
-        for average, current in zip(self.model.parameters(), generator.parameters()):
+        for average, current in zip(self.model.parameters(), generator.parameters(), strict=True):
             average.lerp_(current.detach(), 1 - self.decay)
-        for average, current in zip(self.model.buffers(), generator.buffers()):
-            average.copy_(current)  # BN statistics: the latest, as BasicSR does
+        for kept, latest in zip(self.model.buffers(), generator.buffers(), strict=True):
+            kept.copy_(latest)  # BN statistics: the latest, as BasicSR does

@@ -38,7 +38,7 @@ class MetricLog:
     step values, `reduce` averages them over the ranks when a row is due (one
     collective per row), and only the rank that `write`s touches the files."""
 
-    def __init__(self, run_dir: Path, tensorboard: "TensorBoard | None" = None, write: bool = True,
+    def __init__(self, run_dir: Path, tensorboard: TensorBoard | None = None, write: bool = True,
                  reduce=lambda values: values, extra: dict | None = None):
         self.jsonl_path = run_dir / "metrics.jsonl"
         self.csv_path = run_dir / "epochs.csv"
@@ -66,7 +66,7 @@ class MetricLog:
         check_finite_steps(pending, keys, values)
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
-        for (_, name), value in zip(keys, values):
+        for (_, name), value in zip(keys, values, strict=True):
             sums[name] = sums.get(name, 0.0) + value
             counts[name] = counts.get(name, 0) + 1
         for name in sums:
@@ -79,7 +79,8 @@ class MetricLog:
             self.tensorboard.scalars("train", row, last_step)
         return row
 
-    def end_epoch(self, epoch: int, step: int, extra: dict[str, float], finished: bool = True) -> dict[str, float]:
+    def end_epoch(self, epoch: int, step: int, extra: dict[str, float | None],
+                  finished: bool = True) -> dict[str, float | None]:
         """Write epochs.csv's row: the epoch's means of the logged values, plus
         `extra`. An unfinished epoch (the run ends inside it) keeps its sums,
         which the checkpoint saves: resumed, its row is written again whole."""
@@ -95,7 +96,7 @@ class MetricLog:
         if self.write:
             _append_csv(self.validation_path, VALIDATION_COLUMNS, row)
         if self.tensorboard:
-            self.tensorboard.scalars("val", {k: row[k] for k in ("psnr", "ssim")}, row["step"])
+            self.tensorboard.scalars("val", {k: row[k] for k in ("psnr", "ssim")}, int(row["step"]))
 
     # What a checkpoint keeps so that a resumed epoch's means cover the whole epoch.
     def state(self) -> dict:
@@ -131,7 +132,7 @@ class MetricLog:
 def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[float]) -> None:
     """Stop at the first step with a loss that is not finite, naming its terms."""
     by_step: dict[int, dict[str, float]] = {}
-    for (step, name), value in zip(keys, values):
+    for (step, name), value in zip(keys, values, strict=True):
         by_step.setdefault(step, {})[name] = value
     for step, row in by_step.items():
         if all(math.isfinite(v) for v in row.values()):
@@ -182,7 +183,7 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict]:
             fields = next(csv.reader([line]))
             if len(fields) != len(columns) or not line.endswith("\n"):
                 raise ValueError(f"{len(fields)} fields, expected {len(columns)}")
-            row = dict(zip(columns, fields))
+            row = dict(zip(columns, fields, strict=True))
             int(row["epoch"]), int(row["step"])
             for value in fields:
                 if value:
@@ -268,6 +269,8 @@ def _format(value) -> str:
 class QuietFileHandler(logging.FileHandler):
     """train.log: a failed write (a full disk) is not worth a traceback on
     stderr; the write that matters (a checkpoint, a log row) reports it."""
+
+    srgan_run_log = False  # True for the run's train.log (see detach_log_file)
 
     def handleError(self, record: logging.LogRecord) -> None:
         pass

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
@@ -161,7 +162,8 @@ class Trainer:
         log.info("%s", self.runtime.describe())
         log.info(
             "generator %s parameters, discriminator %s parameters; %d training images, %d steps an epoch",
-            f"{count_parameters(unwrap(self.parts.generator)):,}", f"{count_parameters(unwrap(self.parts.discriminator)):,}",
+            f"{count_parameters(unwrap(self.parts.generator)):,}",
+            f"{count_parameters(unwrap(self.parts.discriminator)):,}",
             len(self.dataset.images), self.sampler.steps_per_epoch,
         )
         if self.val_images is not None:
@@ -290,6 +292,7 @@ class Trainer:
             "images_per_s": steps * self.sampler.global_batch / max(now - start, 1e-9),  # all ranks together
         })
         self._interval = (now, 0)
+        assert row is not None  # a step was added since the last row
         bar.set_description(describe(self.progress.epoch, self.epochs(), row))
 
     def end_epoch(self, started: float) -> None:
@@ -327,9 +330,11 @@ class Trainer:
         """Score the generator (its EMA when kept) on the validation set and
         write validation.csv's row."""
         p = self.progress
+        assert self.val_images is not None  # as validation_due() and end_epoch() check
         self.world.sync_buffers(self.parts.generator)  # the ranks' BatchNorm statistics, averaged
         # each rank scores its share of the images; the means are over all of them
-        sums = validate(self.generator_to_score(), self.val_images, self.runtime, self.world.shard(len(self.val_images)))
+        sums = validate(self.generator_to_score(), self.val_images, self.runtime,
+                        self.world.shard(len(self.val_images)))
         psnr_sum, ssim_sum, count = self.world.total(torch.tensor(sums, dtype=torch.float64,
                                                                   device=self.runtime.device)).tolist()
         psnr, ssim = psnr_sum / count, ssim_sum / count
@@ -374,9 +379,11 @@ class Trainer:
             save_checkpoint(path, state)
         self.record("running")
 
-    def generator_to_score(self) -> torch.nn.Module:
+    def generator_to_score(self) -> Generator:
         """What validation, the pictures and upscaling use: the EMA weights when kept."""
-        return self.ema.model if self.ema else unwrap(self.parts.generator)
+        generator = self.ema.model if self.ema else unwrap(self.parts.generator)
+        assert isinstance(generator, Generator)  # the EMA's copy or the network itself
+        return generator
 
     def stop_requested(self, stop: StopSignals, row_due: bool) -> int:
         """The signal to stop on (0: none). With several ranks they must stop
@@ -436,8 +443,9 @@ class Trainer:
 
     def close(self) -> None:
         shutdown_workers(self.loader)
-        if getattr(self, "tensorboard", None):
-            self.tensorboard.close()
+        tensorboard = getattr(self, "tensorboard", None)  # absent when __init__ failed before it
+        if tensorboard:
+            tensorboard.close()
         detach_log_file()
         self.folder.close()
 
@@ -477,13 +485,13 @@ def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
         if criterion.vgg is not None:
             criterion.vgg.compile()
     # fused: one kernel for all parameters (CPU and CUDA, PyTorch >= 2.4)
-    adam = {"betas": tuple(t.betas), "fused": runtime.device.type in ("cpu", "cuda")}
+    betas, fused = (t.betas[0], t.betas[1]), runtime.device.type in ("cpu", "cuda")  # two betas: the loader checks
     return TrainingParts(
         generator=generator,
         discriminator=discriminator,
         criterion=criterion,
-        optimizer_g=torch.optim.Adam(generator.parameters(), lr=t.lr_g, **adam),
-        optimizer_d=torch.optim.Adam(discriminator.parameters(), lr=t.lr_d, **adam),
+        optimizer_g=torch.optim.Adam(generator.parameters(), lr=t.lr_g, betas=betas, fused=fused),
+        optimizer_d=torch.optim.Adam(discriminator.parameters(), lr=t.lr_d, betas=betas, fused=fused),
         scaler=torch.amp.GradScaler(runtime.device.type, enabled=runtime.precision == "fp16"),
         runtime=runtime,
         d_loss=config.gan.d_loss,
@@ -507,9 +515,10 @@ def describe(epoch: int, epochs: int, row: dict) -> str:
     return f"[{epoch}/{epochs}] " + " ".join(shown)
 
 
-def initialise_generator(generator: Generator, config: Config) -> None:
+def initialise_generator(generator: nn.Module, config: Config) -> None:
     """Start from the generator weights of another run (a trained SRResNet
     before the GAN phase); its architecture must be this run's."""
+    assert config.model.init_from  # the caller checks it is set
     path = resolve_checkpoint_path(config.model.init_from)
     try:
         state = load_checkpoint(path, for_resume=False)

@@ -8,10 +8,10 @@ import numpy as np
 import torch
 
 from srgan.data import ValImages, bicubic_downscale, to_tensor
-from srgan.inference.compare import GAP, side_by_side
-from srgan.inference.metrics import quantize
 from srgan.files import check_output, write_file
+from srgan.inference.compare import GAP, side_by_side
 from srgan.inference.imageio import write_png
+from srgan.inference.metrics import quantize
 from srgan.models import Runtime
 from srgan.training.logs import is_number, read_run_logs
 from srgan.training.validation import bicubic_upscale
@@ -89,16 +89,17 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
             "g_score": (axes[1, 1], "g_score = D(G(z))"),
         }
         legend = axes[1, 2]
-    colours = plt.get_cmap("tab10").colors
+    tab10 = plt.get_cmap("tab10")
+    colours = [tab10(i) for i in range(tab10.N)]  # its 10 colours (an int indexes them)
     dashes = ("-", "--", ":", "-.")  # runs that coincide stay visible
     bicubic_drawn: set[float] = set()
-    for i, (label, (rows, validation)) in enumerate(zip(labels, series)):
+    for i, (label, (rows, validation)) in enumerate(zip(labels, series, strict=True)):
         style = {"color": colours[i % len(colours)], "linestyle": dashes[i % len(dashes)], "linewidth": 1.4,
                  "label": label}
         for name in ("g_loss", "d_loss", "d_score", "g_score") if not psnr_only else ():
             points = [(r["step"], r[name]) for r in rows if is_number(r.get(name))]
             if points:
-                panels[name][0].plot(*zip(*points), **style)
+                panels[name][0].plot(*zip(*points, strict=True), **style)
         scored = [v for v in validation if v["psnr"] and v["bicubic_psnr"]]
         if scored:
             ax = panels["psnr"][0]
@@ -122,7 +123,7 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
     legend.axis("off")
     handles, names = [], []
     for ax, _ in panels.values():
-        for handle, name in zip(*ax.get_legend_handles_labels()):
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
             if name not in names:
                 handles.append(handle)
                 names.append(name)

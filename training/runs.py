@@ -80,7 +80,7 @@ def run_labels(runs: list[Path]) -> list[str]:
         flat = flat_settings(config)
         settings.append(", ".join(f"{key.split('.')[-1]}={short_value(flat.get(key))}" for key in keys))
     return [shown if shown and settings.count(shown) == 1 else f"{run.name}" + (f" ({shown})" if shown else "")
-            for run, shown in zip(runs, settings)]
+            for run, shown in zip(runs, settings, strict=True)]
 
 
 def summarize(run: Path) -> dict:
@@ -190,7 +190,7 @@ def format_runs(rows: list[dict], root: Path | None = None) -> str:
         table.append((name if name != "." else r["name"], r["preset"] or "-", steps, r["state"] or "-", psnr, ssim,
                       *(show(r[n], ".4f") for n in GAN_VALUES), wall, changes))
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in table]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table]
     lines.insert(1, "-" * len(lines[0]))
     for r in rows:
         if r["problem"]:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 # Under torchrun a Ctrl-C reaches each rank twice: from the terminal, to the
 # whole process group, and forwarded by the launcher a moment later. A
@@ -25,7 +28,7 @@ class StopSignals:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._first_at = 0.0
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def _handle(self, signum, frame) -> None:
         if self.signum is not None:
@@ -35,7 +38,7 @@ class StopSignals:
             signal.raise_signal(signum)
         self.signum, self._first_at = signum, time.monotonic()
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         for signum in (signal.SIGINT, signal.SIGTERM):
             self._previous[signum] = signal.signal(signum, self._handle)
         return self

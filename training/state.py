@@ -121,6 +121,7 @@ def changed_settings(saved: dict, config: Config) -> list[str]:
 
 def rng_state() -> dict:
     numpy_state = np.random.get_state()
+    assert isinstance(numpy_state, tuple)  # legacy=True, the default: MT19937's tuple
     state = {
         "python": random.getstate(),
         "numpy": [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],

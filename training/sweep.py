@@ -34,7 +34,7 @@ class Variant:
 
 def parse_sweep(items: list[str]) -> list[tuple[str, list[str]]]:
     """KEY=V1,V2 items -> (key, values); commas inside brackets belong to a value."""
-    axes = []
+    axes: list[tuple[str, list[str]]] = []
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -50,10 +50,10 @@ def parse_sweep(items: list[str]) -> list[tuple[str, list[str]]]:
 def variants_of(axes: list[tuple[str, list[str]]]) -> list[Variant]:
     """The grid, in order: the last key varies fastest."""
     last = [key.split(".")[-1] for key, _ in axes]  # the last part of the key, unless two swept keys share it
-    short = {key: key if last.count(part) > 1 else part for (key, _), part in zip(axes, last)}
+    short = {key: key if last.count(part) > 1 else part for (key, _), part in zip(axes, last, strict=True)}
     variants = []
     for values in itertools.product(*(values for _, values in axes)):
-        pairs = list(zip((key for key, _ in axes), values))
+        pairs = list(zip((key for key, _ in axes), values, strict=True))
         name = ",".join(f"{short[key]}={_file_safe(value)}" for key, value in pairs)
         variants.append(Variant(name, [f"{key}={value}" for key, value in pairs]))
     if len({v.name for v in variants}) != len(variants):

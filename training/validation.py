@@ -12,7 +12,7 @@ from srgan.configs import SrganError
 from srgan.data import FolderImages, PreparedImages, ValImages
 from srgan.inference.metrics import psnr_y, quantize, ssim_y
 from srgan.inference.upscale import inference_network, upscale_pixels
-from srgan.models import Runtime
+from srgan.models import Generator, Runtime
 
 log = logging.getLogger("srgan")
 
@@ -21,11 +21,11 @@ def bicubic_upscale(lr: torch.Tensor, scale: int) -> torch.Tensor:
     """3xhxw float in [0, 1] (exactly 8-bit values) -> 3x(sh)x(sw) uint8 by PIL's bicubic."""
     image = Image.fromarray(quantize(lr).permute(1, 2, 0).numpy())
     width, height = image.size
-    up = image.resize((width * scale, height * scale), Image.BICUBIC)
+    up = image.resize((width * scale, height * scale), Image.Resampling.BICUBIC)
     return torch.from_numpy(np.array(up)).permute(2, 0, 1)
 
 
-def checked_validation_set(images: "FolderImages | PreparedImages", scale: int,
+def checked_validation_set(images: FolderImages | PreparedImages, scale: int,
                            max_size: int) -> tuple[ValImages, tuple[float, float]]:
     """The validation images that decode, and the mean PSNR/SSIM of bicubic
     upscaling on them: the figure to beat. Every image is decoded once here,
@@ -48,7 +48,7 @@ def checked_validation_set(images: "FolderImages | PreparedImages", scale: int,
     return ValImages(images.select(usable), scale, max_size), (float(np.mean(psnrs)), float(np.mean(ssims)))
 
 
-def validate(generator: torch.nn.Module, images: ValImages, runtime: Runtime,
+def validate(generator: Generator, images: ValImages, runtime: Runtime,
              indices: range | None = None) -> tuple[float, float, int]:
     """Sums of PSNR and SSIM of the generator's output (rounded to 8 bits)
     over the images at `indices` (default: all), and their count; tiled as

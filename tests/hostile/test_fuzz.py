@@ -21,8 +21,8 @@ from conftest import skimage_photo
 from srgan.configs import Config, SrganError, config_to_dict, load_config
 from srgan.data.images import try_load_rgb8
 from srgan.inference.imageio import read_picture
-from srgan.models.checkpoint import check_checkpoint
 from srgan.models import Discriminator, Generator
+from srgan.models.checkpoint import check_checkpoint
 
 EXAMPLES = int(os.environ.get("SRGAN_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,

@@ -97,8 +97,8 @@ def test_two_resumes_at_once_one_refused_no_duplicate_rows(photo_dir, tmp_path):
     first = subprocess.run([sys.executable, "-m", "srgan.cli", "train", *set_args(tiny_overrides(photo_dir, run))],
                            capture_output=True, text=True)
     assert first.returncode == 0, first.stderr
-    command = [sys.executable, "-m", "srgan.cli", "train", "--resume", str(run), "--set", "train.max_steps=150", "--set", "data.repeat=50",
-               "--set", "train.epochs=100"]
+    command = [sys.executable, "-m", "srgan.cli", "train", "--resume", str(run), "--set", "train.max_steps=150",
+               "--set", "data.repeat=50", "--set", "train.epochs=100"]
     both = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in both]
     codes = sorted(code for code, _ in results)
