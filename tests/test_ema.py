@@ -3,12 +3,11 @@ module and over the steps of a real run (test_train checks that it is saved
 and used for upscaling)."""
 import torch
 
+from conftest import tiny_overrides
 from srgan.configs import load_config
 from srgan.models import Generator
 from srgan.training import train
 from srgan.training.ema import GeneratorEMA
-
-from conftest import tiny_overrides
 
 
 def test_the_average_after_two_updates_is_the_one_by_hand():
@@ -31,7 +30,7 @@ def test_the_average_after_two_updates_is_the_one_by_hand():
     average = dict(ema.model.named_parameters())
     for name, want in expected.items():
         assert torch.allclose(average[name], want, rtol=1e-6, atol=1e-6), name
-    for (name, kept), latest in zip(ema.model.named_buffers(), g.buffers()):
+    for (name, kept), latest in zip(ema.model.named_buffers(), g.buffers(), strict=True):
         assert torch.equal(kept, latest), name
 
 

@@ -59,7 +59,7 @@ def test_y_channel_is_matlabs_rgb2ycbcr():
     row = torch.tensor([rgb for rgb, _ in colours.values()], dtype=torch.uint8).T.reshape(3, 1, len(colours))
     y = rgb8_to_y(row)
     assert y.shape == (1, len(colours))
-    for (name, (_, want)), got in zip(colours.items(), y[0].tolist()):
+    for (name, (_, want)), got in zip(colours.items(), y[0].tolist(), strict=True):
         assert got == pytest.approx(want, abs=1e-9), name
 
 

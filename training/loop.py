@@ -93,7 +93,8 @@ class Trainer:
         t = config.train
         if resume is not None and not (Path(resume) / "config.yaml").is_file():
             raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
-        self.runtime = resolve_runtime(world.device(t.device), t.precision, t.channels_last, keys=("train.device", "train.precision"))
+        self.runtime = resolve_runtime(world.device(t.device), t.precision, t.channels_last,
+                                       keys=("train.device", "train.precision"))
         set_deterministic(t.deterministic)
         seed_everything(t.seed)
 

@@ -69,7 +69,7 @@ def test_every_refused_write_leaves_the_folder_as_it_was(srgan, tiny_run, photo,
     before = [tree(folder) for folder in watched]
     for args, culprit in cases:
         assert_refused(srgan(*args), culprit)
-        for folder, was in zip(watched, before):
+        for folder, was in zip(watched, before, strict=True):
             now = tree(folder)
             assert set(now) == set(was), (args, sorted(set(now) ^ set(was)))
             assert [name for name in was if now[name] != was[name]] == [], args
