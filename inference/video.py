@@ -29,6 +29,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.data.images import check_pixels
 from srgan.files.atomic import temporary_path
 from srgan.inference.imageio import resize
 from srgan.inference.tiles import (
@@ -156,6 +157,11 @@ def upscale_video(
         width, height = video.codec_context.width, video.codec_context.height
         if width <= 0 or height <= 0:
             raise SrganError(f"{source}: its video stream has no frame size")
+        # The size the header declares, held to the image limits before a frame is decoded.
+        from srgan.inference.upscale import check_upscale_memory  # (upscale.py imports this module)
+
+        check_pixels(source, width, height)
+        check_upscale_memory(source, width, height, 1, network.scale, options.outscale)
         batch, tile = frames_per_forward(network, runtime, height, width, options.tile, pad, options.batch)
         size = output_size(width, height, network.scale, options.outscale)
         # With the network on the CPU, x264 encodes in its turn (see _Job), which

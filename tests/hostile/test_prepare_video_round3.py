@@ -166,3 +166,51 @@ def test_a_forged_index_is_refused_in_one_line(srgan, prepared, tmp_path, forge,
     assert "copy.prepared" in result.stderr.strip().splitlines()[-1] and not (tmp_path / "run").exists()
     with pytest.raises(SrganError, match=re.escape(culprit)):
         PreparedImages(copy)
+
+
+# --- srgan upscale of a video -------------------------------------------------
+
+@pytest.fixture
+def clip(tmp_path):
+    """An H.264 clip of `frames` frames of width x height (a pan over a photo), no sound."""
+    pytest.importorskip("av")
+    from srgan.bench.video import panning_frames, write_clip
+
+    def make(frames: int, width: int = 64, height: int = 48):
+        frames = panning_frames(skimage_photo("astronaut"), width, height, frames)
+        return write_clip(tmp_path / "clip.mp4", frames, sound=False)
+    return make
+
+
+def test_sigterm_in_a_video_upscale_leaves_no_temporary_file(checkpoint, clip, tmp_path):
+    path = clip(40, 160, 120)  # a few seconds' work
+    process = start("upscale", path, "-k", checkpoint, "--compare", "--batch", "1", *CPU)
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None and not no_temporary_files(tmp_path):
+        time.sleep(0.01)
+    assert no_temporary_files(tmp_path), process.communicate()  # it was writing when the signal came
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "srgan: terminated", stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.mp4"]
+
+
+def test_video_frames_over_the_pixel_limit_are_refused_before_decoding(srgan, checkpoint, clip, tmp_path,
+                                                                        monkeypatch):
+    """The image limit, lowered below 64x48 (a clip of frames over the real
+    limit would cost gigabytes to make): no frame reaches the network."""
+    from srgan.data import images
+    from srgan.inference import video
+
+    path = clip(4)
+    monkeypatch.setattr(images, "MAX_IMAGE_PIXELS", 64 * 48 - 1)
+
+    def no_batch(done: int) -> None:
+        raise AssertionError("a frame was upscaled")
+
+    monkeypatch.setattr(video, "after_batch", no_batch)
+    result = srgan("upscale", path, "-k", checkpoint, *CPU)
+    assert_refused(result, "64x48 is 3,072 pixels, more than the limit of 3,071", code=1)
+    assert "clip.mp4" in result.stderr.strip().splitlines()[-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.mp4"]
