@@ -37,7 +37,8 @@ def compare(
 
 
 def evaluate(
-    folders: List[Path] = typer.Argument(..., help="Folders of high-resolution images (e.g. Set5, Set14)."),
+    folders: List[Path] = typer.Argument(
+        ..., help="Folders of high-resolution images (e.g. Set5, Set14), or image files."),
     checkpoint: Path = typer.Option(..., "--checkpoint", "-k", help="A checkpoint file or a run folder."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the scores to this JSON file."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing --json file."),

@@ -214,3 +214,40 @@ def test_video_frames_over_the_pixel_limit_are_refused_before_decoding(srgan, ch
     assert_refused(result, "64x48 is 3,072 pixels, more than the limit of 3,071", code=1)
     assert "clip.mp4" in result.stderr.strip().splitlines()[-1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.mp4"]
+
+
+# --- srgan evaluate -----------------------------------------------------------
+
+def test_evaluate_scores_one_photo(srgan, checkpoint, tmp_path):
+    photo = tmp_path / "cup.png"
+    Image.fromarray(skimage_photo("coffee")[:96, :128]).save(photo)
+    result = srgan("evaluate", photo, "-k", checkpoint, "--json", tmp_path / "scores.json", *CPU)
+    assert result.returncode == 0, result
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert [im["name"] for im in scores["images"]] == ["cup"] and scores["folders"] == []
+    assert scores["mean"]["bicubic"]["psnr"] == scores["images"][0]["bicubic"]["psnr"]
+    assert any(line.startswith("cup ") for line in result.stdout.splitlines())
+    # a photo and a folder: the folder gets its mean, the photo counts in the overall one
+    folder = tmp_path / "set"
+    folder.mkdir()
+    Image.fromarray(skimage_photo("chelsea")[:96, :96]).save(folder / "cat.png")
+    both = srgan("evaluate", photo, folder, "-k", checkpoint, *CPU)
+    assert both.returncode == 0, both
+    assert "set mean" in both.stdout and "cup" in both.stdout
+    assert_refused(srgan("evaluate", tmp_path / "scores.json", "-k", checkpoint, *CPU),
+                   "scores.json: not an image (expected a folder of images or an image file")
+    assert_refused(srgan("evaluate", tmp_path / "none.png", "-k", checkpoint, *CPU),
+                   "none.png: no such file or folder")
+
+
+def test_a_name_with_a_newline_keeps_the_evaluate_table_one_row_an_image(srgan, checkpoint, tmp_path):
+    folder = tmp_path / "set"
+    folder.mkdir()
+    Image.fromarray(skimage_photo("coffee")[:96, :128]).save(folder / "two\nlines.png")
+    Image.fromarray(skimage_photo("chelsea")[:96, :96]).save(folder / "cat.png")
+    result = srgan("evaluate", folder, "-k", checkpoint, *CPU)
+    assert result.returncode == 0, result
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 + 2 + 1 + 1 + 1  # title, header, 2 images, rule, mean, worst gain
+    assert any(line.startswith("two\\nlines ") for line in lines), result.stdout
+    assert len({len(line) for line in lines[1:6]}) == 1  # the columns line up
