@@ -279,11 +279,29 @@ class _Job:
             self.stop.set()
             raise
         finally:
-            for worker in workers:
-                worker.join()
+            self._wait_for(workers)
         for worker in workers:
             if worker.failure is not None:
                 raise worker.failure
+
+    def _wait_for(self, workers: list[_Worker]) -> None:
+        """Until every worker has ended. Ctrl-C or SIGTERM meanwhile (while the
+        encoder flushes its last frames) stops them and waits on: the caller
+        then closes the files they write, and closing one under the encoder
+        can crash FFmpeg (a SIGTERM test ended in SIGSEGV). A second
+        interrupt ends the wait. (An event, not join: in Python 3.11 an
+        interrupted join takes a running thread for ended, bpo-45274.)"""
+        def wait() -> None:
+            for worker in workers:
+                worker.ended.wait()
+                worker.join()  # at once: its run() has returned
+
+        try:
+            wait()
+        except BaseException:
+            self.stop.set()
+            wait()
+            raise
 
 
 class _Worker(threading.Thread):
@@ -293,6 +311,7 @@ class _Worker(threading.Thread):
         super().__init__(name=name, daemon=True)  # daemon: a second Ctrl-C can still end the process
         self._work, self._job = work, job
         self.failure: BaseException | None = None
+        self.ended = threading.Event()
 
     def run(self) -> None:
         try:
@@ -302,6 +321,8 @@ class _Worker(threading.Thread):
         except BaseException as error:
             self.failure = error
             self._job.stop.set()
+        finally:
+            self.ended.set()
 
 
 def _decode(av, source: Path, clip, video, sound: list, job: _Job) -> None:

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -194,6 +195,31 @@ def test_sigterm_in_a_video_upscale_leaves_no_temporary_file(checkpoint, clip, t
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "Traceback" not in stderr and stderr.strip().splitlines()[-1] == "srgan: terminated", stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.mp4"]
+
+
+def test_an_interrupt_while_the_encoder_flushes_waits_for_it():
+    """Ctrl-C or SIGTERM while the calling thread waits for the encoder's last
+    frames: the encoder ends before the interrupt goes on to close its file
+    (closed under it, FFmpeg crashed: exit -11)."""
+    from srgan.inference import video
+
+    job = video._Job(1, take_turns=False)
+    ended = []
+    encoder = video._Worker("encoder", lambda: (time.sleep(1), ended.append(True)), job)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            job.run([encoder], lambda: None)  # the work is done: it waits for the encoder
+        assert ended == [True] and not encoder.is_alive()
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def test_video_frames_over_the_pixel_limit_are_refused_before_decoding(srgan, checkpoint, clip, tmp_path,
