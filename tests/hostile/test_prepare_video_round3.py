@@ -189,7 +189,9 @@ def test_sigterm_in_a_video_upscale_leaves_no_temporary_file(checkpoint, clip, t
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None and not no_temporary_files(tmp_path):
         time.sleep(0.01)
-    assert no_temporary_files(tmp_path), process.communicate()  # it was writing when the signal came
+    # It was writing when the signal came. (FFmpeg creates the file at the first
+    # packet, once x264's lookahead is full: here while the encoder flushes.)
+    assert no_temporary_files(tmp_path), process.communicate()
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGTERM, stderr
