@@ -4,6 +4,7 @@ here user errors become exit status 2 with a one-line message."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 
@@ -53,6 +54,17 @@ def _setup_logging() -> None:
     logger.propagate = False
 
 
+def _print_error(line: str) -> None:
+    """`line` on stderr; under torchrun (WORLD_SIZE > 1) only from the first
+    rank to meet it, not once a rank."""
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "0", "1"):
+        from srgan.training.distributed import first_to_report
+
+        if not first_to_report(line):
+            return
+    print(line, file=sys.stderr)
+
+
 def main(args: list[str] | None = None) -> None:
     """Run a command; every mistake a user can make ends in one line on
     stderr and exit status 2 (1 for a batch in which some items failed)."""
@@ -66,13 +78,13 @@ def main(args: list[str] | None = None) -> None:
     except typer.TyperException as error:  # usage errors: a missing argument, an option of the wrong type
         context = getattr(error, "ctx", None)
         hint = f" (see: {context.command_path} --help)" if context is not None else ""
-        print(f"srgan: error: {error.format_message()}{hint}", file=sys.stderr)
+        _print_error(f"srgan: error: {error.format_message()}{hint}")
         sys.exit(getattr(error, "exit_code", 2))
     except typer.Abort:
         print("srgan: aborted", file=sys.stderr)
         sys.exit(1)
     except SrganError as error:
-        print(f"srgan: error: {error}", file=sys.stderr)
+        _print_error(f"srgan: error: {error}")
         sys.exit(2)
     except KeyboardInterrupt:
         print("srgan: interrupted", file=sys.stderr)

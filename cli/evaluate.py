@@ -44,7 +44,9 @@ def compare(
 
 
 def evaluate(
-    folders: Annotated[list[Path], typer.Argument(help="Folders of high-resolution images (e.g. Set5, Set14).")],
+    folders: Annotated[
+        list[Path], typer.Argument(help="Folders of high-resolution images (e.g. Set5, Set14), or image files.")
+    ],
     checkpoint: Annotated[Path, typer.Option("--checkpoint", "-k", help="A checkpoint file or a run folder.")],
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the scores to this JSON file.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")] = False,

@@ -19,12 +19,18 @@ A dataset is written under a temporary name and renamed when complete: an
 interrupted or failed `srgan prepare` never leaves one that looks whole."""
 from __future__ import annotations
 
+import contextlib
 import copy
+import ctypes
+import errno
+import glob
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -43,11 +49,15 @@ VERSION = 1
 INDEX_NAME = "index.json"
 PIXELS_NAME = "pixels.u8"
 ALIGN = 64
+# index.json is read whole: about 100 bytes an image, so this holds a couple of
+# million images' entries and keeps a forged one from filling the memory.
+MAX_INDEX_BYTES = 256 * 2**20
 
 
 def is_prepared(path: Path) -> bool:
-    """A folder that holds a prepared dataset's index (of any version: reading it says which)."""
-    return (Path(path) / INDEX_NAME).is_file() and (Path(path) / PIXELS_NAME).exists()
+    """A folder that holds a prepared dataset's index (of any version, or
+    any kind of file: reading it says what is wrong with it)."""
+    return os.path.lexists(Path(path) / INDEX_NAME) and os.path.lexists(Path(path) / PIXELS_NAME)
 
 
 class PreparedImages:
@@ -103,8 +113,10 @@ def read_index(path: Path, key: str = "data.train") -> list[dict]:
     version, a pixel file shorter than the index says."""
     index_path, pixels_path = path / INDEX_NAME, path / PIXELS_NAME
     try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as error:
+        index = json.loads(_read_regular_file(index_path, MAX_INDEX_BYTES, key).decode("utf-8"))
+    except RecursionError:
+        raise SrganError(f"{key}: {index_path}: not a readable index (nested too deeply)") from None
+    except (ValueError, UnicodeDecodeError) as error:
         raise SrganError(f"{key}: {index_path}: not a readable index ({first_line(error)})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise SrganError(f"{key}: {path}: not an srgan prepared dataset ({INDEX_NAME} does not say format: {FORMAT})")
@@ -114,19 +126,51 @@ def read_index(path: Path, key: str = "data.train") -> list[dict]:
     entries, declared = index.get("images"), index.get("bytes")
     if not isinstance(entries, list) or not entries or not isinstance(declared, int):
         raise SrganError(f"{key}: {index_path}: damaged (no images or no byte count)")
-    actual = pixels_path.stat().st_size
-    if actual != declared:
-        raise SrganError(f"{key}: {pixels_path} is {actual:,} bytes, its index says {declared:,}: the dataset is "
-                         "truncated or was changed; prepare it again")
+    try:
+        pixels = pixels_path.stat()
+    except OSError as error:
+        raise SrganError(f"{key}: {pixels_path}: cannot be read ({first_line(error)})") from None
+    if not stat.S_ISREG(pixels.st_mode):
+        raise SrganError(f"{key}: {pixels_path}: not a regular file")
+    if pixels.st_size != declared:
+        raise SrganError(f"{key}: {pixels_path} is {pixels.st_size:,} bytes, its index says {declared:,}: the "
+                         "dataset is truncated or was changed; prepare it again")
+    # Each image has pixels of its own, after the previous one's (as prepare
+    # writes them): so the index cannot claim more images (more steps an
+    # epoch) than the pixel file holds.
+    end = 0
     for n, entry in enumerate(entries):
         ok = isinstance(entry, dict) and isinstance(entry.get("name"), str) and all(
-            isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) and entry[k] >= 0
-            for k in ("height", "width", "offset"))
-        if not ok or entry["height"] * entry["width"] > MAX_IMAGE_PIXELS \
+            isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) for k in ("height", "width", "offset"))
+        if not ok or min(entry["height"], entry["width"]) < 1 or entry["offset"] < 0 \
+                or entry["height"] * entry["width"] > MAX_IMAGE_PIXELS \
                 or entry["offset"] + entry["height"] * entry["width"] * 3 > declared:
             raise SrganError(f"{key}: {index_path}: image {n} is damaged (name, height, width, offset within "
                              f"{PIXELS_NAME})")
+        if entry["offset"] < end:
+            raise SrganError(f"{key}: {index_path}: image {n} overlaps image {n - 1} in {PIXELS_NAME} (damaged or "
+                             "forged: each image's pixels follow the previous one's)")
+        end = entry["offset"] + entry["height"] * entry["width"] * 3
     return entries
+
+
+def _read_regular_file(path: Path, limit: int, key: str) -> bytes:
+    """The bytes of `path`, refused in one line unless it is a regular file of
+    at most `limit` bytes: a FIFO would block the read, /dev/zero never end it.
+    (Opened without blocking, so that a FIFO is seen for what it is.)"""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise SrganError(f"{key}: {path}: cannot be read ({first_line(error)})") from None
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SrganError(f"{key}: {path}: not a regular file")
+        data = f.read(limit + 1) if info.st_size <= limit else b""
+        size = max(info.st_size, len(data))  # it may have grown since fstat
+        if size > limit:
+            raise SrganError(f"{key}: {path}: {size:,} bytes, larger than an index can be ({limit:,})")
+    return data
 
 
 def prepare_dataset(sources: list[Path], out: Path, workers: int, force: bool = False) -> dict:
@@ -150,10 +194,13 @@ def prepare_dataset(sources: list[Path], out: Path, workers: int, force: bool = 
         index = {"format": FORMAT, "version": VERSION, "images": entries, "bytes": total,
                  "sources": [str(Path(s).resolve()) for s in sources]}
         _write_synced(tmp / INDEX_NAME, (json.dumps(index, indent=1) + "\n").encode())
-        _replace(tmp, out)
+        _replace(tmp, out, force)
     except OSError as error:
         if error.errno in FULL_DISK_ERRNOS:
             raise DiskFull(f"disk full at {tmp} ({error.strerror}); nothing was kept") from None
+        if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            raise SrganError(f"-o {out}: exists (another srgan prepare wrote it meanwhile; use --force to replace "
+                             "it)") from None
         raise SrganError(f"-o {out}: cannot be written ({first_line(error)})") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when it was renamed
@@ -212,14 +259,22 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def _replace(tmp: Path, out: Path) -> None:
-    """The finished folder takes the final name; a dataset already there
-    (--force) is moved aside first and removed once the new one is in place."""
+def _replace(tmp: Path, out: Path, force: bool) -> None:
+    """The finished folder takes the final name, unless something took it
+    meanwhile (a second prepare started at the same time: EEXIST). With
+    --force a dataset there is moved aside first and removed once the new
+    one is in place, or put back if it could not be."""
     old = None
-    if out.exists():
+    if force and out.exists():
         old = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.old.tmp")
         os.rename(out, old)
-    os.rename(tmp, out)
+    try:
+        _rename_no_replace(tmp, out)
+    except BaseException:
+        if old is not None:
+            with contextlib.suppress(OSError):
+                _rename_no_replace(old, out)
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     fd = os.open(out.parent, os.O_RDONLY)
@@ -229,14 +284,49 @@ def _replace(tmp: Path, out: Path) -> None:
         os.close(fd)
 
 
+_AT_FDCWD, _RENAME_NOREPLACE = -100, 1  # from Linux's <fcntl.h> and <linux/fs.h>
+
+
+def _rename_no_replace(source: Path, target: Path) -> None:
+    """Rename the folder `source` to `target`, or raise EEXIST if `target`
+    exists, even as an empty folder (which a plain rename replaces). Linux's
+    renameat2(RENAME_NOREPLACE) does it in one step; where the kernel, the C
+    library or the file system lacks it, mkdir claims the name (it fails if
+    taken) and the rename replaces that empty claim."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError, TypeError):  # not glibc >= 2.28 (macOS, musl, Windows...)
+        renameat2 = None
+    if renameat2 is not None:
+        renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        if renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: a file system without the flag
+            raise OSError(code, os.strerror(code), str(target))
+    os.mkdir(target)
+    try:
+        os.rename(source, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rmdir(target)
+        raise
+
+
 def _remove_stale_temporaries(out: Path) -> None:
     """Temporary folders of a `srgan prepare` of the same target that was
-    killed (its pid is gone): they hold disk space and will never finish."""
-    for tmp in out.parent.glob(f".{out.name}.*.tmp"):
-        parts = tmp.name[len(out.name) + 2:].split(".")
+    killed (its pid is gone): they hold disk space and will never finish.
+    Only this name's: `.NAME.PID.HEX[.old].tmp`, NAME taken literally (a name
+    such as `*` must not match other datasets' temporaries, nor `a` those of
+    `a.1`)."""
+    own = re.compile(rf"\.{re.escape(out.name)}\.(\d+)\.[0-9a-f]{{8}}(\.old)?\.tmp")
+    for tmp in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
+        match = own.fullmatch(tmp.name)
+        if match is None:
+            continue
         try:
-            os.kill(int(parts[0]), 0)
+            os.kill(int(match[1]), 0)
         except ProcessLookupError:
             shutil.rmtree(tmp, ignore_errors=True)
-        except (ValueError, PermissionError, IndexError):
+        except (OverflowError, PermissionError):  # PermissionError: alive, another user's
             pass

@@ -1,4 +1,4 @@
-"""`srgan evaluate`: PSNR/SSIM of SR and of bicubic on folders of HR images,
+"""`srgan evaluate`: PSNR/SSIM of SR and of bicubic on folders of HR images (or single ones),
 in the literature's convention (the HR cropped to a multiple of the scale,
 its LR made by bicubic downscaling, Y channel, `scale` px shaved)."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch
 
 from srgan.configs.errors import SrganError, first_line
 from srgan.data import bicubic_downscale, find_images, load_rgb8
+from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.inference.compare import bicubic_upscale, mod_crop
 from srgan.inference.metrics import CONVENTION, psnr_y, ssim_y
 from srgan.inference.upscale import inference_network, upscale_pixels
@@ -36,15 +37,22 @@ def _means(images: list[dict]) -> dict:
 def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]) -> dict:
     """Scores per image and their means, overall and (for several folders)
     per folder, as the literature reports Set5 and Set14 apart; one image
-    in memory at a time."""
+    in memory at a time. An image file among `folders` is scored alone
+    (it counts in the overall mean and has no folder mean)."""
     scale = generator.scale
     paths: list[tuple[int, Path]] = []  # (index of its folder, image)
     for index, folder in enumerate(folders):
-        if not folder.is_dir():
-            raise SrganError(f"{folder}: no such folder")
-        found = find_images(folder)
-        if not found:
-            raise SrganError(f"{folder}: no images in it")
+        if folder.is_dir():
+            found = find_images(folder)
+            if not found:
+                raise SrganError(f"{folder}: no images in it")
+        elif folder.is_file():
+            if folder.suffix.lower() not in IMAGE_EXTENSIONS:
+                raise SrganError(f"{folder}: not an image (expected a folder of images or an image file: "
+                                 f"{', '.join(e.lstrip('.') for e in IMAGE_EXTENSIONS)})")
+            found = [folder]
+        else:
+            raise SrganError(f"{folder}: no such file or folder")
         paths += [(index, path) for path in found]
     network = inference_network(generator, runtime)
     images: list[dict[str, Any]] = []
@@ -75,7 +83,7 @@ def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]
     if len(folders) > 1:
         for index, folder in enumerate(folders):
             scored = [im for im, i in zip(images, folder_of, strict=True) if i == index]
-            if scored:
+            if scored and folder.is_dir():
                 per_folder.append({"folder": str(folder), "name": folder.name or str(folder), "images": len(scored),
                                    **_means(scored)})
     return {"scale": scale, "convention": CONVENTION.format(scale=scale), "images": images, "mean": _means(images),
@@ -86,7 +94,7 @@ def format_table(result: dict) -> str:
     """Per image and on average: SR and bicubic, and SR's gain over bicubic
     in PSNR (dB; negative where the model does worse than bicubic)."""
     folder_means = [{**f, "name": f"{f['name']} mean"} for f in result.get("folders", [])]
-    width = max(12, *(len(im["name"]) for im in [*result["images"], *folder_means]))
+    width = max(12, *(len(_one_line(im["name"])) for im in [*result["images"], *folder_means]))
     lines = [
         f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}",
         f"{'image':<{width}}  {'SR psnr':>8} {'SR ssim':>8}  {'bicubic psnr':>12} {'bicubic ssim':>12}  {'gain dB':>7}",
@@ -97,10 +105,16 @@ def format_table(result: dict) -> str:
             lines.append("-" * len(lines[1]))
             continue
         lines.append(
-            f"{im['name']:<{width}}  {im['sr']['psnr']:8.2f} {im['sr']['ssim']:8.4f}  "
+            f"{_one_line(im['name']):<{width}}  {im['sr']['psnr']:8.2f} {im['sr']['ssim']:8.4f}  "
             f"{im['bicubic']['psnr']:12.2f} {im['bicubic']['ssim']:12.4f}  "
             f"{im['gain_psnr']:+7.2f}"
         )
     worst = min(result["images"], key=lambda im: im["gain_psnr"])
-    lines.append(f"worst gain: {worst['name']} {worst['gain_psnr']:+.2f} dB")
+    lines.append(f"worst gain: {_one_line(worst['name'])} {worst['gain_psnr']:+.2f} dB")
     return "\n".join(lines)
+
+
+def _one_line(name: str) -> str:
+    """A file name as one row of the table: a newline or another control
+    character in it is shown escaped, as Python writes it (\\n)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)

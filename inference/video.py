@@ -30,6 +30,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.data.images import check_pixels
 from srgan.files.atomic import temporary_path
 from srgan.inference.imageio import resize
 from srgan.inference.tiles import (
@@ -160,6 +161,11 @@ def upscale_video(
         width, height = video.codec_context.width, video.codec_context.height
         if width <= 0 or height <= 0:
             raise SrganError(f"{source}: its video stream has no frame size")
+        # The size the header declares, held to the image limits before a frame is decoded.
+        from srgan.inference.upscale import check_upscale_memory  # (upscale.py imports this module)
+
+        check_pixels(source, width, height)
+        check_upscale_memory(source, width, height, 1, network.scale, options.outscale)
         batch, tile = frames_per_forward(network, runtime, height, width, options.tile, pad, options.batch)
         size = output_size(width, height, network.scale, options.outscale)
         # With the network on the CPU, x264 encodes in its turn (see _Job), which
@@ -278,11 +284,29 @@ class _Job:
             self.stop.set()
             raise
         finally:
-            for worker in workers:
-                worker.join()
+            self._wait_for(workers)
         for worker in workers:
             if worker.failure is not None:
                 raise worker.failure
+
+    def _wait_for(self, workers: list[_Worker]) -> None:
+        """Until every worker has ended. Ctrl-C or SIGTERM meanwhile (while the
+        encoder flushes its last frames) stops them and waits on: the caller
+        then closes the files they write, and closing one under the encoder
+        can crash FFmpeg (a SIGTERM test ended in SIGSEGV). A second
+        interrupt ends the wait. (An event, not join: in Python 3.11 an
+        interrupted join takes a running thread for ended, bpo-45274.)"""
+        def wait() -> None:
+            for worker in workers:
+                worker.ended.wait()
+                worker.join()  # at once: its run() has returned
+
+        try:
+            wait()
+        except BaseException:
+            self.stop.set()
+            wait()
+            raise
 
 
 class _Worker(threading.Thread):
@@ -292,6 +316,7 @@ class _Worker(threading.Thread):
         super().__init__(name=name, daemon=True)  # daemon: a second Ctrl-C can still end the process
         self._work, self._job = work, job
         self.failure: BaseException | None = None
+        self.ended = threading.Event()
 
     def run(self) -> None:
         try:
@@ -301,6 +326,8 @@ class _Worker(threading.Thread):
         except BaseException as error:
             self.failure = error
             self._job.stop.set()
+        finally:
+            self.ended.set()
 
 
 def _decode(av, source: Path, clip, video, sound: list, job: _Job) -> None:

@@ -112,3 +112,17 @@ def test_a_signal_or_a_dead_rank_stops_every_rank_with_the_checkpoint_intact(pho
     else:
         assert "the job's process group broke" in stderr
         assert state["step"] % 5 == 0  # the last save_every checkpoint
+
+
+def test_an_error_every_rank_meets_is_printed_once(photo_dir, tmp_path):
+    """A mistake every rank meets (an input that is not there), or one rank 0
+    refuses for all (a run folder that is a file), is one line on the
+    terminal, not one a rank."""
+    (tmp_path / "a file").write_text("mine")
+    for train_dir, run_dir, culprit in [(tmp_path / "missing", tmp_path / "run", "missing: no such folder"),
+                                        (photo_dir, tmp_path / "a file", "a file is a file, not a folder")]:
+        done = torchrun("train", *set_args(tiny_overrides(train_dir, run_dir)))
+        assert done.returncode != 0
+        errors = [line for line in done.stderr.splitlines() if line.startswith("srgan: error:")]
+        assert len(errors) == 1 and culprit in errors[0], done.stderr[-3000:]
+    assert (tmp_path / "a file").read_text() == "mine" and not (tmp_path / "run").exists()

@@ -7,6 +7,7 @@ A plain `srgan train` is a world of one: every method below is then a no-op
 or the identity, and no process group is made."""
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import os
@@ -114,8 +115,8 @@ class World:
             except SrganError as refused:
                 error = refused
         result, message = self.broadcast((result, None if error is None else str(error)))
-        if message is not None:
-            raise error if error is not None else SrganError(f"rank {self.rank}: rank 0 stopped: {message}")
+        if message is not None:  # the same words on every rank: the CLI prints them once (first_to_report)
+            raise error if error is not None else SrganError(message)
         return result
 
     def mean(self, values: torch.Tensor) -> torch.Tensor:
@@ -178,6 +179,24 @@ class World:
     def close(self) -> None:
         if self.distributed and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def first_to_report(message: str) -> bool:
+    """Whether this process should print `message`. Under torchrun every rank
+    usually meets the same error (a mistake in the config, a refusal rank 0
+    passed on to all): the first rank to report a message prints it, the
+    others stay quiet, and an error of one rank alone is still seen. The
+    ranks count their reports in torchrun's own key-value store (its agent's,
+    which outlives them); without one, every rank prints."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return True
+    try:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=timedelta(seconds=5))
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restarted job reports afresh
+        return store.add(f"srgan/reported/{attempt}/{hashlib.sha256(message.encode()).hexdigest()}", 1) == 1
+    except (KeyError, ValueError, RuntimeError, OSError):  # no store to ask: better twice than never
+        return True
 
 
 def unwrap(module: nn.Module) -> nn.Module:
