@@ -18,10 +18,14 @@ def train(
     overrides: List[str] = typer.Option([], "--set", "-s", help=SET_HELP),
     batch: int = typer.Option(16, "--batch", help="Crops per step."),
     crop: int = typer.Option(96, "--crop", help="HR crop side."),
+    blocks: Optional[int] = typer.Option(None, "--blocks", help="Generator blocks (model.blocks; default: the "
+                                         "config's), passed to the yardstick too."),
     iters: int = typer.Option(5, "--iters", help="Timed steps (after the warm-up)."),
     warmup: int = typer.Option(1, "--warmup", help="Untimed steps first."),
     yardstick: Optional[Path] = typer.Option(
-        None, "--yardstick", help="Also time this yardstick script (../shared/bench/yardstick_step.py) on the same shapes."
+        None, "--yardstick", help="Also time this yardstick script on the same shapes: ../shared/bench/"
+        "yardstick_step.py (SRGAN's step), or yardstick_esrgan.py for a config with gan.discriminator vgg and "
+        "gan.d_loss relativistic (ESRGAN's step)."
     ),
     compare_update: bool = typer.Option(
         False, "--compare-update", help="Also time the other gan.update (retain_graph / detach), the two steps "
@@ -36,11 +40,12 @@ def train(
     """Seconds per training step of the real step (random batch, random VGG weights)."""
     from srgan.configs import SrganError, load_config
 
-    if min(batch, crop, iters) < 1 or warmup < 0:
-        raise SrganError("--batch, --crop and --iters: expected at least 1; --warmup: 0 or more")
-    settings = [f"data.batch_size={batch}", f"data.crop_size={crop}", "loss.perceptual.weights=none", *overrides]
+    if min(batch, crop, iters, blocks or 1) < 1 or warmup < 0:
+        raise SrganError("--batch, --crop, --blocks and --iters: expected at least 1; --warmup: 0 or more")
+    settings = [f"data.batch_size={batch}", f"data.crop_size={crop}", "loss.perceptual.weights=none",
+                *([f"model.blocks={blocks}"] if blocks is not None else []), *overrides]
     resolved = load_config(config, settings)
-    from srgan.bench.train import bench_interleaved, run_yardstick
+    from srgan.bench.train import bench_interleaved, check_yardstick_shapes, run_yardstick
 
     if compare_update and compare:
         raise SrganError("--compare-update and --compare: one comparison at a time")
@@ -59,14 +64,9 @@ def train(
     else:
         result = bench_interleaved([resolved], iters, warmup)[0]
     if yardstick is not None:
-        shape = (resolved.model.blocks, resolved.model.channels, resolved.model.d_channels,
-                 resolved.loss.perceptual.network, resolved.loss.perceptual.layer)
-        if shape != (16, 64, 64, "vgg16", "pool5"):
-            raise SrganError(
-                "--yardstick: its step has 16 blocks, 64 channels, d_channels 64 and VGG16 pool5; this config has "
-                f"{shape[0]} blocks, {shape[1]} channels, d_channels {shape[2]}, {shape[3]} {shape[4]}"
-            )
-        theirs = run_yardstick(yardstick, resolved, iters, warmup)
+        esrgan = check_yardstick_shapes(yardstick, resolved)
+        theirs = run_yardstick(yardstick, resolved, iters, warmup, esrgan)
+        result["yardstick"] = {key: theirs.get(key) for key in ("impl", "batch", "crop", "scale", "blocks")}
         result["yardstick_median_s_per_step"] = theirs["median_s_per_iter"]
         result["speedup"] = theirs["median_s_per_iter"] / result["median_s_per_step"]
     if as_json:
