@@ -31,10 +31,10 @@ from srgan.losses import GeneratorCriterion
 from srgan.models import (
     Generator,
     Runtime,
+    build_discriminator,
     generator_from_checkpoint,
     load_checkpoint,
     resolve_checkpoint_path,
-    build_discriminator,
     resolve_runtime,
     save_checkpoint,
 )
