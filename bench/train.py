@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from srgan.bench.machine import machine, peak_rss_mb, synchronize
 from srgan.configs import Config, SrganError
+from srgan.configs.loader import perceptual_layers
 from srgan.models import resolve_runtime
 from srgan.models.runtime import set_deterministic
 from srgan.training.loop import build_parts
@@ -76,7 +77,10 @@ class StepBench:
             "scale": config.model.scale,
             "blocks": config.model.blocks,
             "channels": config.model.channels,
-            "perceptual": f"{config.loss.perceptual.network}:{config.loss.perceptual.layer}",
+            "perceptual": f"{config.loss.perceptual.network}:{','.join(perceptual_layers(config.loss.perceptual))}",
+            "discriminator": config.gan.discriminator,
+            "d_loss": config.gan.d_loss,
+            "accumulate": config.train.accumulate,
             "iters": iters,
             "median_s_per_step": median,
             "min_s_per_step": min(self.times),
@@ -90,13 +94,47 @@ class StepBench:
         return result
 
 
-def run_yardstick(path: Path, config: Config, iters: int, warmup: int) -> dict:
-    """The common training step (../shared/bench/yardstick_step.py) on the same shapes, in a child process."""
+def check_yardstick_shapes(path: Path, config: Config) -> bool:
+    """Refuse a config whose step is not the yardstick's: SRGAN's
+    (yardstick_step.py) or, for a config with the VGG-style D and the
+    relativistic objective, ESRGAN's (yardstick_esrgan.py). Returns whether
+    it is ESRGAN's, whose yardstick also takes --blocks."""
+    esrgan = config.gan.discriminator == "vgg" and config.gan.d_loss == "relativistic"
+    if ("esrgan" in path.name) != esrgan:
+        raise SrganError(
+            f"--yardstick: {path.name} times {'ESRGAN' if 'esrgan' in path.name else 'SRGAN'}'s step; this config "
+            f"has gan.discriminator {config.gan.discriminator} and gan.d_loss {config.gan.d_loss} (ESRGAN's: vgg "
+            "and relativistic, against yardstick_esrgan.py; else yardstick_step.py)")
+    p = config.loss.perceptual
+    layers = perceptual_layers(p)
+    if esrgan:
+        # RRDBNet, 64 features, growth 32: the generator's own settings are part 1's (model.arch) to check
+        shape = (config.model.channels, config.model.d_channels, p.network, list(layers), p.criterion)
+        wanted = (64, 64, "vgg19", ["conv5_4"], "l1")
+        if shape != wanted:
+            raise SrganError(
+                "--yardstick: its step has 64 channels, d_channels 64 and an L1 perceptual loss on VGG19 conv5_4; "
+                f"this config has {shape[0]} channels, d_channels {shape[1]}, {p.criterion} on {p.network} "
+                f"{', '.join(layers)}")
+        return True
+    shape = (config.model.blocks, config.model.channels, config.model.d_channels, p.network, list(layers))
+    if shape != (16, 64, 64, "vgg16", ["pool5"]):
+        raise SrganError(
+            "--yardstick: its step has 16 blocks, 64 channels, d_channels 64 and VGG16 pool5; this config has "
+            f"{shape[0]} blocks, {shape[1]} channels, d_channels {shape[2]}, {shape[3]} {', '.join(layers)}"
+        )
+    return False
+
+
+def run_yardstick(path: Path, config: Config, iters: int, warmup: int, esrgan: bool = False) -> dict:
+    """The yardstick's training step (../shared/bench/yardstick_step.py or
+    yardstick_esrgan.py) on the same shapes, in a child process."""
     if not path.is_file():
         raise SrganError(f"--yardstick: {path}: no such file")
     command = [
         sys.executable, str(path), "--batch", str(config.data.batch_size), "--crop", str(config.data.crop_size),
         "--scale", str(config.model.scale), "--iters", str(iters), "--warmup", str(warmup),
+        *(["--blocks", str(config.model.blocks)] if esrgan else []),
     ]
     done = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

@@ -18,6 +18,11 @@ def train(
     overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
     batch: Annotated[int, typer.Option("--batch", help="Crops per step.")] = 16,
     crop: Annotated[int, typer.Option("--crop", help="HR crop side.")] = 96,
+    blocks: Annotated[
+        int | None,
+        typer.Option("--blocks", help="Generator blocks (model.blocks; default: the config's), passed to the "
+                     "yardstick too."),
+    ] = None,
     iters: Annotated[int, typer.Option("--iters", help="Timed steps (after the warm-up).")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.")] = 1,
     yardstick: Annotated[
@@ -48,12 +53,12 @@ def train(
     """Seconds per training step of the real step (random batch, random VGG weights)."""
     from srgan.configs import SrganError, load_config
 
-    if min(batch, crop, iters) < 1 or warmup < 0:
-        raise SrganError("--batch, --crop and --iters: expected at least 1; --warmup: 0 or more")
+    if min(batch, crop, iters, blocks or 1) < 1 or warmup < 0:
+        raise SrganError("--batch, --crop, --blocks and --iters: expected at least 1; --warmup: 0 or more")
     settings = [f"data.batch_size={batch}", f"data.crop_size={crop}", "loss.perceptual.weights=none",
-                *(overrides or [])]
+                *([f"model.blocks={blocks}"] if blocks is not None else []), *(overrides or [])]
     resolved = load_config(config, settings)
-    from srgan.bench.train import bench_interleaved, run_yardstick
+    from srgan.bench.train import bench_interleaved, check_yardstick_shapes, run_yardstick
 
     if compare_update and compare:
         raise SrganError("--compare-update and --compare: one comparison at a time")
@@ -72,14 +77,9 @@ def train(
     else:
         result = bench_interleaved([resolved], iters, warmup)[0]
     if yardstick is not None:
-        shape = (resolved.model.blocks, resolved.model.channels, resolved.model.d_channels,
-                 resolved.loss.perceptual.network, resolved.loss.perceptual.layer)
-        if shape != (16, 64, 64, "vgg16", "pool5"):
-            raise SrganError(
-                "--yardstick: its step has 16 blocks, 64 channels, d_channels 64 and VGG16 pool5; this config has "
-                f"{shape[0]} blocks, {shape[1]} channels, d_channels {shape[2]}, {shape[3]} {shape[4]}"
-            )
-        theirs = run_yardstick(yardstick, resolved, iters, warmup)
+        esrgan = check_yardstick_shapes(yardstick, resolved)
+        theirs = run_yardstick(yardstick, resolved, iters, warmup, esrgan)
+        result["yardstick"] = {key: theirs.get(key) for key in ("impl", "batch", "crop", "scale", "blocks")}
         result["yardstick_median_s_per_step"] = theirs["median_s_per_iter"]
         result["speedup"] = theirs["median_s_per_iter"] / result["median_s_per_step"]
     if as_json:

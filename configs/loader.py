@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 
 from srgan.configs.errors import SrganError
-from srgan.configs.schema import Config
+from srgan.configs.schema import Config, PerceptualConfig
 
 DEFAULT_PRESET = "demo"
 
@@ -62,6 +62,7 @@ def load_config(source: str | None = None, overrides: list[str] | tuple[str, ...
 def config_from_dict(raw: dict, origin: str = "config") -> Config:
     """Type-check a plain dict (from YAML or a checkpoint) into a `Config`."""
     config = _build(Config, raw, "", origin)
+    _one_perceptual_layer_setting(config, raw, origin)
     _check_values(config, origin)
     return config
 
@@ -90,6 +91,12 @@ def vgg_layer_count(network: str, layer: str) -> int | None:
             return index + 1
         index += 1
     return None
+
+
+def perceptual_layers(perceptual: PerceptualConfig) -> dict[str, float]:
+    """The VGG layers of the perceptual loss and their weights: `layers`, or
+    `layer` alone with weight 1."""
+    return dict(perceptual.layers) if perceptual.layers is not None else {perceptual.layer: 1.0}
 
 
 def vgg_pool_count(network: str, layer: str) -> int:
@@ -204,6 +211,13 @@ def _convert(hint: Any, value: Any, key: str, origin: str):
             choices = ", ".join(str(a) for a in args)
             raise SrganError(f"{origin}: {key}: expected one of {choices}, got {_show(value)}")
         return value
+    if origin_type is dict:  # a mapping of names to values (loss.perceptual.layers)
+        if not isinstance(value, dict):
+            raise SrganError(f"{origin}: {key}: expected a mapping, got {_show(value)}")
+        for name in value:
+            if not isinstance(name, str):
+                raise SrganError(f"{origin}: {key}: expected names as keys, got {_show(name)}")
+        return {name: _convert(args[1], v, f"{key}.{name}", origin) for name, v in value.items()}
     if origin_type is list:
         if not isinstance(value, list):
             raise SrganError(f"{origin}: {key}: expected a list, got {_show(value)}")
@@ -255,6 +269,22 @@ def _show(value: Any) -> str:
     return f"{text} ({type(value).__name__})"
 
 
+def _one_perceptual_layer_setting(config: Config, raw: dict, origin: str) -> None:
+    """loss.perceptual.layers replaces loss.perceptual.layer: the resolved
+    config holds layer null then, and a config that names both is refused
+    (it could mean either)."""
+    perceptual = config.loss.perceptual
+    given = (raw.get("loss") or {}).get("perceptual") or {}  # mappings: _build checked them
+    if perceptual.layers is not None:
+        if given.get("layer") is not None:
+            raise SrganError(f"{origin}: loss.perceptual: layer {given['layer']!r} and layers both given; layers "
+                             "replaces layer: set one of them to null")
+        perceptual.layer = None
+    elif perceptual.layer is None:
+        raise SrganError(f"{origin}: loss.perceptual.layer: expected a VGG layer such as relu5_4 (null only "
+                         "with loss.perceptual.layers), got null")
+
+
 def _check_values(c: Config, origin: str) -> None:
     def need(ok: bool, key: str, expected: str, got: Any) -> None:
         if not ok:
@@ -288,21 +318,40 @@ def _check_values(c: Config, origin: str) -> None:
     for term in ("image", "adversarial", "perceptual", "tv"):
         weight = getattr(c.loss.weights, term)
         need(weight >= 0, f"loss.weights.{term}", "a weight of 0 or more", weight)
-    network, layer = c.loss.perceptual.network, c.loss.perceptual.layer
-    if vgg_layer_count(network, layer) is None:
-        blocks = len(VGG_BLOCKS[network])
-        last = VGG_BLOCKS[network][-1]
-        raise SrganError(
-            f"{origin}: loss.perceptual.layer: expected a {network} layer such as relu5_{last}, "
-            f"conv2_2 or pool{blocks}, got {layer!r}"
-        )
+    network = c.loss.perceptual.network
+    key = "loss.perceptual.layer" if c.loss.perceptual.layers is None else "loss.perceptual.layers"
+    for layer, weight in perceptual_layers(c.loss.perceptual).items():
+        if vgg_layer_count(network, layer) is None:
+            blocks = len(VGG_BLOCKS[network])
+            last = VGG_BLOCKS[network][-1]
+            raise SrganError(
+                f"{origin}: {key}: expected a {network} layer such as relu5_{last}, "
+                f"conv2_2 or pool{blocks}, got {layer!r}"
+            )
+        need(weight > 0, f"{key}.{layer}", "a positive weight (leave a layer out rather than weight it 0)", weight)
+    need(c.loss.perceptual.layers != {}, key, "at least one layer", c.loss.perceptual.layers)
     need(c.loss.perceptual.weights != "", "loss.perceptual.weights", "imagenet, auto, none or a file path",
          c.loss.perceptual.weights)
     if c.loss.weights.perceptual > 0:
-        pools = vgg_pool_count(network, layer)
-        need(c.data.crop_size >= 2**pools, "data.crop_size",
-             f"at least {2**pools} px: loss.perceptual.layer {layer} comes after {pools} 2x2 poolings",
-             c.data.crop_size)
+        for layer in perceptual_layers(c.loss.perceptual):
+            pools = vgg_pool_count(network, layer)
+            need(c.data.crop_size >= 2**pools, "data.crop_size",
+                 f"at least {2**pools} px: {key} {layer} comes after {pools} 2x2 poolings", c.data.crop_size)
+    # The discriminators' crops, and gradient accumulation (issue 26).
+    crop = c.data.crop_size
+    if c.gan.discriminator == "vgg":
+        need(crop % 32 == 0 and crop <= 512, "data.crop_size",
+             "a multiple of 32 up to 512 with gan.discriminator vgg (five stride-2 stages, then a dense layer "
+             "over the (crop/32)^2 positions left, which grows with the crop's area)", crop)
+    if c.gan.discriminator == "unet":
+        need(crop % 8 == 0, "data.crop_size",
+             "a multiple of 8 with gan.discriminator unet (three stride-2 convs, whose outputs its "
+             "upsampling path adds back)", crop)
+    need(c.train.accumulate >= 1, "train.accumulate", "at least 1 (micro-batches a step)", c.train.accumulate)
+    need(c.data.batch_size % c.train.accumulate == 0, "data.batch_size",
+         f"a multiple of train.accumulate ({c.train.accumulate}): each step takes that many equal micro-batches",
+         c.data.batch_size)
+
     t = c.train
     need(t.epochs >= 1, "train.epochs", "at least 1", t.epochs)
     need(0 <= t.seed <= MAX_SEED, "train.seed", f"0 to {MAX_SEED}", t.seed)

@@ -58,12 +58,19 @@ class LossWeights:
 class PerceptualConfig:
     network: Literal["vgg16", "vgg19"] = "vgg19"
     # conv<b>_<i>, relu<b>_<i> or pool<b>: the last VGG layer kept, e.g.
-    # relu5_4 (the paper's phi_5,4) or pool5 (leftthomas' features[:31]).
-    layer: str = "relu5_4"
+    # relu5_4 (the paper's phi_5,4), pool5 (leftthomas' features[:31]) or
+    # conv5_4 (ESRGAN's: before the activation). null when `layers` is given.
+    layer: str | None = "relu5_4"
     # imagenet: torchvision's weights (cache or download), refuse to run without;
     # auto: imagenet if loadable, else random features with a warning;
     # none: random features; anything else: a state-dict file.
     weights: str = "imagenet"
+    # Several layers at once, layer name -> weight (Real-ESRGAN:
+    # {conv1_2: 0.1, conv2_2: 0.1, conv3_4: 1, conv4_4: 1, conv5_4: 1}); the
+    # loss is the weighted sum. Given, it replaces `layer` (which is then null).
+    layers: dict[str, float] | None = None
+    # The distance between feature maps: mse (the paper's) or l1 (ESRGAN's).
+    criterion: Literal["mse", "l1"] = "mse"
 
 
 @dataclass
@@ -77,10 +84,19 @@ class LossConfig:
 class GanConfig:
     # bce: the paper's -log D(x) - log(1 - D(G(z))) (and -log D(G(z)) for G);
     # linear: 1 - D(x) + D(G(z)) (and 1 - D(G(z)) for G), as leftthomas/SRGAN.
-    d_loss: Literal["bce", "linear"] = "bce"
+    # relativistic: ESRGAN's relativistic average GAN; D: BCE of C(x) - E[C(G(z))]
+    # toward 1 and of C(G(z)) - E[C(x)] toward 0, each half weighted 1/2; G: the
+    # same with the targets swapped. C is D's logit; the means are over the batch
+    # (and over pixels for the U-Net D).
+    d_loss: Literal["bce", "linear", "relativistic"] = "bce"
     # retain_graph: d_loss.backward(retain_graph=True) through D(G(z));
     # detach: D(G(z).detach()). The same mathematics either way.
     update: Literal["retain_graph", "detach"] = "retain_graph"
+    # srgan: the paper's (any crop). vgg: ESRGAN's VGG-style D (BasicSR's
+    # VGGStyleDiscriminator; crops a multiple of 32, up to 512 px). unet:
+    # Real-ESRGAN's U-Net with spectral norm, a logit per pixel (crops a
+    # multiple of 8). model.d_channels is the first width of each.
+    discriminator: Literal["srgan", "vgg", "unet"] = "srgan"
 
 
 @dataclass
@@ -117,6 +133,10 @@ class TrainConfig:
     channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)
     compile: bool = False  # torch.compile the networks (slow to start; see docs/performance.md)
     seed: int = 0
+    # Gradients of this many micro-batches (of data.batch_size / accumulate
+    # crops each) summed before each optimizer step, for both networks: the
+    # batch of a GPU that cannot hold it at once.
+    accumulate: int = 1
     # Deterministic kernels only (torch.use_deterministic_algorithms, oneDNN's and
     # cuDNN's deterministic modes): a config and a seed fix the bits. false: the
     # fastest kernels, which may add in a different order from run to run.

@@ -1,10 +1,12 @@
 """The generator's and discriminator's objectives."""
-from srgan.losses.adversarial import discriminator_loss, generator_adversarial_loss
+from srgan.losses.adversarial import OBJECTIVES, Objective, discriminator_loss, generator_adversarial_loss
 from srgan.losses.criterion import GeneratorCriterion
 from srgan.losses.perceptual import VGGFeatures, build_vgg_features, perceptual_loss
 from srgan.losses.pixel import image_loss, tv_loss
 
 __all__ = [
+    "OBJECTIVES",
+    "Objective",
     "GeneratorCriterion",
     "VGGFeatures",
     "build_vgg_features",

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from srgan.configs.schema import LossConfig
-from srgan.losses.adversarial import generator_adversarial_loss
+from srgan.losses.adversarial import OBJECTIVES
 from srgan.losses.perceptual import VGGFeatures, build_vgg_features, perceptual_loss
 from srgan.losses.pixel import image_loss, tv_loss
 
@@ -18,7 +18,8 @@ class GeneratorCriterion(nn.Module):
     def __init__(self, config: LossConfig, d_loss: str, vgg: VGGFeatures | None = None):
         super().__init__()
         self.image_kind = config.image
-        self.adversarial_kind = d_loss
+        self.adversarial = OBJECTIVES[d_loss].g_loss
+        self.perceptual_criterion = config.perceptual.criterion
         self.weights = {
             "image": config.weights.image,
             "adversarial": config.weights.adversarial,
@@ -30,17 +31,20 @@ class GeneratorCriterion(nn.Module):
         self.vgg = vgg if self.weights["perceptual"] > 0 else None
 
     def forward(
-        self, sr: torch.Tensor, hr: torch.Tensor, fake_logit: torch.Tensor | None
+        self, sr: torch.Tensor, hr: torch.Tensor, fake_logit: torch.Tensor | None,
+        real_logit: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """`fake_logit` is D(G(z)) under the current D; None leaves the
-        adversarial term out (the generator-only pretraining phase)."""
+        adversarial term out (the generator-only pretraining phase).
+        `real_logit` is D(x) under the same D, for objectives that need it
+        (relativistic), computed without gradient."""
         terms: dict[str, torch.Tensor] = {}
         if self.weights["image"] > 0:
             terms["image"] = image_loss(sr.float(), hr, self.image_kind)
         if self.weights["adversarial"] > 0 and fake_logit is not None:
-            terms["adversarial"] = generator_adversarial_loss(fake_logit, self.adversarial_kind)
+            terms["adversarial"] = self.adversarial(real_logit, fake_logit)
         if self.vgg is not None:
-            terms["perceptual"] = perceptual_loss(self.vgg, sr, hr)
+            terms["perceptual"] = perceptual_loss(self.vgg, sr, hr, self.perceptual_criterion)
         if self.weights["tv"] > 0:
             terms["tv"] = tv_loss(sr.float())
         if not terms:

@@ -1,4 +1,5 @@
-"""The VGG perceptual loss: MSE between frozen VGG feature maps of SR and HR."""
+"""The VGG perceptual loss: the distance (MSE, or L1 as ESRGAN) between frozen
+VGG feature maps of SR and HR, at one layer or a weighted sum over several."""
 from __future__ import annotations
 
 import logging
@@ -11,7 +12,7 @@ import torchvision
 from torch import nn
 
 from srgan.configs.errors import SrganError, first_line
-from srgan.configs.loader import VGG_BLOCKS, vgg_layer_count
+from srgan.configs.loader import VGG_BLOCKS, perceptual_layers, vgg_layer_count
 from srgan.configs.schema import PerceptualConfig
 from srgan.files import read_torch_file
 
@@ -39,17 +40,19 @@ def vgg_features(network: str, count: int) -> nn.Sequential:
 
 
 class VGGFeatures(nn.Module):
-    """VGG `features` up to a named layer, frozen, always in eval mode, on
-    images in [0, 1] (ImageNet normalisation is applied here)."""
+    """VGG `features` up to the deepest of the named layers, frozen, always in
+    eval mode, on images in [0, 1] (ImageNet normalisation is applied here).
+    `layers`: one name, or names -> weights (`layers`, for perceptual_loss)."""
 
     mean: torch.Tensor  # buffers
     std: torch.Tensor
 
-    def __init__(self, network: str, layer: str, state_dict: dict[str, torch.Tensor] | None):
+    def __init__(self, network: str, layers: str | dict[str, float], state_dict: dict[str, torch.Tensor] | None):
         super().__init__()
-        count = vgg_layer_count(network, layer)
-        assert count is not None, layer  # the config's loader checked the name
-        self.features = vgg_features(network, count)
+        self.layers = {layers: 1.0} if isinstance(layers, str) else dict(layers)
+        # the index in `features` of each layer's module (a feature is its output)
+        self.taken = {vgg_layer_count(network, name) - 1: name for name in self.layers}
+        self.features = vgg_features(network, max(self.taken) + 1)
         if state_dict is not None:
             self.features.load_state_dict(state_dict)
         self.features.requires_grad_(False)
@@ -60,25 +63,39 @@ class VGGFeatures(nn.Module):
     def train(self, mode: bool = True) -> VGGFeatures:
         return super().train(False)  # a fixed feature extractor: never train mode
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.features((x - self.mean) / self.std)
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each named layer's output, from one pass that stops at the deepest."""
+        out = {}
+        x = (x - self.mean) / self.std
+        last = len(self.features) - 1
+        for index, module in enumerate(self.features):
+            x = module(x)
+            if index in self.taken:
+                # a conv's output is what the next ReLU(inplace=True) overwrites: keep a copy
+                overwritten = index < last and getattr(self.features[index + 1], "inplace", False)
+                out[self.taken[index]] = x.clone() if overwritten else x
+        return out
 
 
-def perceptual_loss(features: VGGFeatures, sr: torch.Tensor, hr: torch.Tensor) -> torch.Tensor:
-    """MSE of feature maps; the HR branch needs no graph."""
+def perceptual_loss(features: VGGFeatures, sr: torch.Tensor, hr: torch.Tensor, criterion: str = "mse") -> torch.Tensor:
+    """The weighted sum over the layers of the mean distance (mse or l1)
+    between feature maps; the HR branch needs no graph."""
+    distance = F.l1_loss if criterion == "l1" else F.mse_loss
     with torch.no_grad():
-        target = features(hr)
-    return F.mse_loss(features(sr).float(), target.float())
+        targets = features(hr)
+    ours = features(sr)
+    return sum(weight * distance(ours[name].float(), targets[name].float())
+               for name, weight in features.layers.items())
 
 
 def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
     """The feature network the config asks for; raises SrganError when
     `weights: imagenet` cannot be had, naming the alternatives."""
-    count = vgg_layer_count(config.network, config.layer)
-    assert count is not None, config.layer  # the config's loader checked the name
+    layers = perceptual_layers(config)
+    count = max(vgg_layer_count(config.network, name) for name in layers)
     choice = config.weights
     if choice == "none":
-        return VGGFeatures(config.network, config.layer, None)
+        return VGGFeatures(config.network, layers, None)
     if choice in ("imagenet", "auto"):
         weights = _IMAGENET_WEIGHTS[config.network]
         cached = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(weights.url)
@@ -88,7 +105,7 @@ def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
                 "randomly initialised features (put %s there for the real thing)",
                 config.network, cached.parent, cached.name,
             )
-            return VGGFeatures(config.network, config.layer, None)
+            return VGGFeatures(config.network, layers, None)
         if not cached.is_file():
             try:  # a download into the cache (read below: torch.hub would unpickle it unsafely)
                 weights.get_state_dict(progress=False, weights_only=True, check_hash=True)
@@ -114,11 +131,13 @@ def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
 
 
 def _with_weights(config: PerceptualConfig, state: dict[str, torch.Tensor], origin: str) -> VGGFeatures:
+    layers = perceptual_layers(config)
+    deepest = max(layers, key=lambda name: vgg_layer_count(config.network, name))
     try:
-        return VGGFeatures(config.network, config.layer, state)
+        return VGGFeatures(config.network, layers, state)
     except (RuntimeError, TypeError, AttributeError, ValueError) as error:  # missing keys, wrong shapes or types
         raise SrganError(
-            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {config.layer} "
+            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {deepest} "
             f"({first_line(error)})"
         ) from None
 

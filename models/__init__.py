@@ -1,4 +1,4 @@
-"""The networks (SRResNet generator, discriminator), their checkpoints, and
+"""The networks (SRResNet generator, discriminators), their checkpoints, and
 the device/precision they run in."""
 from srgan.models.checkpoint import (
     generator_from_checkpoint,
@@ -6,7 +6,7 @@ from srgan.models.checkpoint import (
     resolve_checkpoint_path,
     save_checkpoint,
 )
-from srgan.models.discriminator import Discriminator
+from srgan.models.discriminator import Discriminator, build_discriminator
 from srgan.models.generator import Generator
 from srgan.models.runtime import Runtime, resolve_runtime
 
@@ -14,6 +14,7 @@ __all__ = [
     "Discriminator",
     "Generator",
     "Runtime",
+    "build_discriminator",
     "generator_from_checkpoint",
     "load_checkpoint",
     "resolve_checkpoint_path",

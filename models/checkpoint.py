@@ -18,7 +18,7 @@ import torch
 
 from srgan.configs import Config, SrganError, config_from_dict
 from srgan.files import read_torch_file, write_file
-from srgan.models.discriminator import Discriminator
+from srgan.models.discriminator import build_discriminator
 from srgan.models.generator import Generator
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
@@ -105,7 +105,7 @@ def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> No
         if missing:
             raise SrganError(f"{origin}: lacks {', '.join(missing)}, which resuming needs")
         with torch.device("meta"):
-            discriminator = Discriminator(run_config.model.d_channels)
+            discriminator = build_discriminator(run_config)
         check_state_dict(state["discriminator"], discriminator, f"{origin}: discriminator")
         check_adam_state(state["optimizer_g"], generator, f"{origin}: optimizer_g")
         check_adam_state(state["optimizer_d"], discriminator, f"{origin}: optimizer_d")

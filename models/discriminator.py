@@ -1,8 +1,29 @@
-"""The SRGAN discriminator (Ledig et al. 2017, fig. 4)."""
+"""The SRGAN discriminator (Ledig et al. 2017, fig. 4), and the one function
+that builds the discriminator a config names (the others have a file each:
+discriminator_vgg.py, discriminator_unet.py)."""
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+from srgan.models.discriminator_unet import UNetDiscriminatorSN
+from srgan.models.discriminator_vgg import VGGStyleDiscriminator
+
+if TYPE_CHECKING:
+    from srgan.configs.schema import Config
+
+
+def build_discriminator(config: Config) -> nn.Module:
+    """gan.discriminator, model.d_channels wide (the loader has checked that
+    data.crop_size suits it)."""
+    kind, width = config.gan.discriminator, config.model.d_channels
+    if kind == "vgg":
+        return VGGStyleDiscriminator(width, config.data.crop_size)
+    if kind == "unet":
+        return UNetDiscriminatorSN(width)
+    return Discriminator(width)
 
 
 class Discriminator(nn.Module):

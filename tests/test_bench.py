@@ -1,6 +1,8 @@
 """The speed levers change no mathematics, and the bench reports what it measured."""
 import json
+from pathlib import Path
 
+import pytest
 import torch
 
 from conftest import run_cli
@@ -77,3 +79,34 @@ def test_bench_compares_retain_graph_with_detach_in_one_run():
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["update"] == "retain_graph" and figures["detach_median_s_per_step"] > 0
     assert figures["retain_over_detach"] == figures["median_s_per_step"] / figures["detach_median_s_per_step"]
+
+
+ESRGAN_STEP = ["gan.discriminator=vgg", "gan.d_loss=relativistic", "model.channels=64", "model.d_channels=64",
+               "loss.perceptual.network=vgg19", "loss.perceptual.layer=conv5_4", "loss.perceptual.criterion=l1",
+               "train.precision=fp32", "train.device=cpu"]
+YARDSTICK_ESRGAN = Path(__file__).resolve().parents[2] / "shared" / "bench" / "yardstick_esrgan.py"
+
+
+@pytest.mark.skipif(not YARDSTICK_ESRGAN.is_file(), reason="../shared/bench/yardstick_esrgan.py is not here")
+def test_bench_times_the_esrgan_yardstick_on_the_same_shapes():
+    """A config with ESRGAN's D and objective runs against yardstick_esrgan.py,
+    which gets the same batch, crop, scale and --blocks."""
+    args = [a for v in ESRGAN_STEP for a in ("--set", v)]
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--blocks", "1", "--iters", "1",
+                     "--warmup", "0", "--yardstick", str(YARDSTICK_ESRGAN), "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["yardstick"] == {"impl": "yardstick-esrgan", "batch": 2, "crop": 32, "scale": 4, "blocks": 1}
+    assert (figures["discriminator"], figures["d_loss"], figures["blocks"]) == ("vgg", "relativistic", 1)
+    assert figures["yardstick_median_s_per_step"] > 0 and figures["speedup"] > 0
+
+
+def test_bench_refuses_the_esrgan_yardstick_for_another_step(tmp_path):
+    script = tmp_path / "yardstick_esrgan.py"
+    script.write_text("print('{}')\n")
+    args = [a for v in TINY for a in ("--set", v)]
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script))
+    assert result.returncode == 2 and "yardstick_esrgan.py times ESRGAN's step" in result.stderr
+    args = [a for v in [*ESRGAN_STEP, "loss.perceptual.criterion=mse"] for a in ("--set", v)]
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script))
+    assert result.returncode == 2 and "an L1 perceptual loss on VGG19 conv5_4" in result.stderr

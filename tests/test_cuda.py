@@ -80,3 +80,28 @@ def test_cuda_k_picks_a_device_and_refuses_one_that_is_not_there():
     assert resolve_runtime("cuda:0", "fp32").device == torch.device("cuda:0")
     with pytest.raises(SrganError, match="cuda:99: this machine has"):
         resolve_runtime("cuda:99", "fp32")
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("discriminator", ["vgg", "unet"])
+def test_esrgan_discriminators_train_deterministically_under_amp(discriminator, precision):
+    """The VGG-style and U-Net (spectral norm) discriminators with the
+    relativistic objective and 2 micro-batches, under autocast, channels_last
+    and deterministic kernels (the U-Net's upsampling must not use a kernel
+    whose CUDA backward is non-deterministic): finite, and the same bits twice."""
+    from srgan.models.runtime import set_deterministic
+    from srgan.training.step import gan_step
+
+    set_deterministic(True)
+    results = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        parts, runtime = parts_for(precision, **{"gan.discriminator": discriminator, "gan.d_loss": "relativistic",
+                                                 "data.crop_size": 64, "data.batch_size": 4, "train.accumulate": 2})
+        hr = runtime.tensor(torch.rand(4, 3, 64, 64, generator=torch.Generator().manual_seed(1)))
+        lr = runtime.tensor(torch.nn.functional.interpolate(hr, scale_factor=0.25, mode="bicubic").clamp(0, 1))
+        for _ in range(3):
+            stats = gan_step(parts, lr, hr)
+        assert all(bool(torch.isfinite(v)) for v in stats.values())
+        results.append([p.detach().clone() for p in parts.discriminator.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*results))

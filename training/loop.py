@@ -30,9 +30,9 @@ from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.losses import GeneratorCriterion
 from srgan.models import (
-    Discriminator,
     Generator,
     Runtime,
+    build_discriminator,
     generator_from_checkpoint,
     load_checkpoint,
     resolve_checkpoint_path,
@@ -74,8 +74,8 @@ def train(config: Config, resume: Path | None = None) -> Path:
         if is_out_of_memory(error):
             raise SrganError(
                 f"out of memory ({first_line(error, 120)}) with data.batch_size {config.data.batch_size} and "
-                f"data.crop_size {config.data.crop_size}: lower them (or model.blocks/channels); the last "
-                "checkpoint is kept") from None
+                f"data.crop_size {config.data.crop_size}: lower them (or model.blocks/channels), or raise "
+                "train.accumulate (micro-batches a step); the last checkpoint is kept") from None
         if isinstance(error, RuntimeError) and world.distributed:
             # A collective failed: another rank stopped (its own message says why) or died.
             raise SrganError(f"rank {world.rank}: the job's process group broke ({first_line(error, 160)}); "
@@ -477,7 +477,7 @@ def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
     """The networks, the criterion and the optimizers a step needs, on the device."""
     t = config.train
     generator = runtime.place(Generator.from_config(config.model))
-    discriminator = runtime.place(Discriminator(config.model.d_channels))
+    discriminator = runtime.place(build_discriminator(config))
     criterion = runtime.place(GeneratorCriterion(config.loss, config.gan.d_loss))
     if t.compile:
         # in place, so state_dict keys stay those of the plain modules
@@ -497,6 +497,7 @@ def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
         runtime=runtime,
         d_loss=config.gan.d_loss,
         update=config.gan.update,
+        accumulate=config.train.accumulate,
     )
 
 

@@ -94,12 +94,19 @@ def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Prog
 def check_same_architecture(saved: dict, config: Config, origin: str) -> None:
     """Refuse to resume into networks of another shape, saying what differs
     (`saved`: a checked checkpoint's config; its missing keys take the defaults)."""
-    theirs = config_from_dict(saved, origin).model
+    saved_config = config_from_dict(saved, origin)
+    theirs = saved_config.model
     differences = [
         f"model.{key} {getattr(theirs, key)!r} -> {getattr(config.model, key)!r}"
         for key in ARCHITECTURE_KEYS
         if getattr(theirs, key) != getattr(config.model, key)
     ]
+    # the discriminator's kind, and for vgg the crop its dense layer is sized for
+    if saved_config.gan.discriminator != config.gan.discriminator:
+        differences.append(f"gan.discriminator {saved_config.gan.discriminator!r} -> {config.gan.discriminator!r}")
+    elif config.gan.discriminator == "vgg" and saved_config.data.crop_size != config.data.crop_size:
+        differences.append(f"data.crop_size {saved_config.data.crop_size!r} -> {config.data.crop_size!r} "
+                           "(the vgg discriminator's dense layer is sized by it)")
     if differences:
         raise SrganError(f"{origin}: the checkpoint's networks differ from this config: {', '.join(differences)}")
 

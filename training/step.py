@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from srgan.losses import GeneratorCriterion, discriminator_loss, image_loss
+from srgan.losses import OBJECTIVES, GeneratorCriterion, image_loss
 from srgan.models import Runtime
 from srgan.training.distributed import unwrap
 
@@ -22,39 +22,42 @@ class TrainingParts:
     optimizer_d: torch.optim.Optimizer
     scaler: torch.amp.GradScaler  # a pass-through unless precision is fp16
     runtime: Runtime
-    d_loss: str  # bce or linear
+    d_loss: str  # the GAN objective: bce, linear or relativistic (losses/adversarial.py)
     update: str  # retain_graph or detach
+    accumulate: int = 1  # micro-batches whose gradients each optimizer step sums (train.accumulate)
 
 
 def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[str, torch.Tensor]:
-    """One D update then one G update. Returns detached 0-dim tensors (no host
-    sync here): d_loss, g_loss, d_score = mean D(x), g_score = mean D(G(z)),
-    and the generator's loss terms."""
-    G, D, scaler = parts.generator, parts.discriminator, parts.scaler
+    """One D update then one G update, each on the gradients of the batch's
+    `accumulate` micro-batches summed. Returns detached 0-dim tensors (no host
+    sync here), means over the micro-batches: d_loss, g_loss, d_score = mean
+    D(x), g_score = mean D(G(z)), and the generator's loss terms."""
+    G, D, scaler, objective = parts.generator, parts.discriminator, parts.scaler, OBJECTIVES[parts.d_loss]
+    micro = list(zip(lr.chunk(parts.accumulate), hr.chunk(parts.accumulate)))
+    k = len(micro)
 
-    # 1. The generator runs once; its graph serves both updates.
+    # 1. The generator runs once a micro-batch; its graphs serve both updates.
     with parts.runtime.autocast():
-        fake = G(lr)
+        fakes = [G(x) for x, _ in micro]
 
     # 2. D step: minimise d_loss on D(x) and D(G(z)).
-    with parts.runtime.autocast():
-        real_logit = D(hr)
-        fake_logit = D(fake.detach() if parts.update == "detach" else fake)
-    d_loss = discriminator_loss(real_logit, fake_logit, parts.d_loss)
     parts.optimizer_d.zero_grad(set_to_none=True)
-    if parts.update == "retain_graph":
-        # retain_graph keeps the generator's graph (through `fake`) alive for
-        # the G step; `inputs` limits this backward to D's parameters, so no
-        # generator gradient is computed here only to be thrown away.
-        scaler.scale(d_loss).backward(retain_graph=True, inputs=list(D.parameters()))
-    else:
-        scaler.scale(d_loss).backward()
+    d_rows = []
+    for fake, (_, real) in zip(fakes, micro):
+        with parts.runtime.autocast():
+            real_logit = D(real)
+            fake_logit = D(fake.detach() if parts.update == "detach" else fake)
+        d_loss = objective.d_loss(real_logit, fake_logit)
+        if parts.update == "retain_graph":
+            # retain_graph keeps the generator's graph (through `fake`) alive for
+            # the G step; `inputs` limits this backward to D's parameters, so no
+            # generator gradient is computed here only to be thrown away.
+            scaler.scale(d_loss / k).backward(retain_graph=True, inputs=list(D.parameters()))
+        else:
+            scaler.scale(d_loss / k).backward()
+        d_rows.append({"d_loss": d_loss.detach(), "d_score": torch.sigmoid(real_logit.detach().float()).mean(),
+                       "g_score": torch.sigmoid(fake_logit.detach().float()).mean()})
     scaler.step(parts.optimizer_d)
-    d_stats = {
-        "d_loss": d_loss.detach(),
-        "d_score": torch.sigmoid(real_logit.detach().float()).mean(),
-        "g_score": torch.sigmoid(fake_logit.detach().float()).mean(),
-    }
     # retain_graph kept the D step's own saved activations too: drop them now,
     # not at the end of the step (measured: 12% slower and 340 MB more otherwise).
     del d_loss, real_logit, fake_logit
@@ -64,20 +67,31 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     # that step changes in place D's weights which autograd saved for the
     # backward, so on PyTorch >= 1.5 g_loss.backward() raises "modified by an
     # inplace operation" (and before 1.5 it silently mixed old and new D).
-    # Under DDP this forward goes through the bare D: its gradients are not
+    # An objective that compares with D(x) (relativistic) gets it from the
+    # updated D too, without gradient: G's update needs none through it.
+    # Under DDP these forwards go through the bare D: its gradients are not
     # wanted (so nothing to average), and a DDP forward whose backward never
     # reaches D's weights would leave DDP waiting for them at the next step.
     D.requires_grad_(False)  # G's update needs no gradients for D's weights
-    with parts.runtime.autocast():
-        fake_logit_g = unwrap(D)(fake)
-        g_loss, terms = parts.criterion(fake, hr, fake_logit_g)
+    judge = unwrap(D)
     parts.optimizer_g.zero_grad(set_to_none=True)
-    scaler.scale(g_loss).backward()
+    g_rows = []
+    for fake, (_, real) in zip(fakes, micro):
+        with parts.runtime.autocast():
+            with torch.no_grad():
+                real_logit_g = judge(real) if objective.needs_real else None
+            g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g)
+        scaler.scale(g_loss / k).backward()
+        g_rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
     D.requires_grad_(True)
     scaler.step(parts.optimizer_g)
     scaler.update()
+    return {**mean_rows(d_rows), **mean_rows(g_rows)}
 
-    return {**d_stats, "g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}}
+
+def mean_rows(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Each statistic's mean over the micro-batches (equal sizes: the batch's mean)."""
+    return {name: sum(row[name] for row in rows) / len(rows) for name in rows[0]}
 
 
 def generator_step(
@@ -85,16 +99,20 @@ def generator_step(
 ) -> dict[str, torch.Tensor]:
     """G alone, on its criterion without the adversarial term (SRResNet
     training), or on the image loss only (`image_only`: the pretraining
-    phase before the GAN)."""
-    with parts.runtime.autocast():
-        fake = parts.generator(lr)
-        if image_only:
-            terms = {"image": image_loss(fake.float(), hr, parts.criterion.image_kind)}
-            g_loss = terms["image"]
-        else:
-            g_loss, terms = parts.criterion(fake, hr, None)
+    phase before the GAN); gradients of the micro-batches summed as in gan_step."""
+    micro = list(zip(lr.chunk(parts.accumulate), hr.chunk(parts.accumulate)))
     parts.optimizer_g.zero_grad(set_to_none=True)
-    parts.scaler.scale(g_loss).backward()
+    rows = []
+    for x, real in micro:
+        with parts.runtime.autocast():
+            fake = parts.generator(x)
+            if image_only:
+                terms = {"image": image_loss(fake.float(), real, parts.criterion.image_kind)}
+                g_loss = terms["image"]
+            else:
+                g_loss, terms = parts.criterion(fake, real, None)
+        parts.scaler.scale(g_loss / len(micro)).backward()
+        rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
     parts.scaler.step(parts.optimizer_g)
     parts.scaler.update()
-    return {"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}}
+    return mean_rows(rows)
