@@ -117,11 +117,12 @@ def check_yardstick_shapes(path: Path, config: Config) -> bool:
                 f"this config has {shape[0]} channels, d_channels {shape[1]}, {p.criterion} on {p.network} "
                 f"{', '.join(layers)}")
         return True
-    shape = (config.model.blocks, config.model.channels, config.model.d_channels, p.network, list(layers))
-    if shape != (16, 64, 64, "vgg16", ["pool5"]):
+    srgan_shape = (config.model.blocks, config.model.channels, config.model.d_channels, p.network, list(layers))
+    if srgan_shape != (16, 64, 64, "vgg16", ["pool5"]):
         raise SrganError(
             "--yardstick: its step has 16 blocks, 64 channels, d_channels 64 and VGG16 pool5; this config has "
-            f"{shape[0]} blocks, {shape[1]} channels, d_channels {shape[2]}, {shape[3]} {', '.join(layers)}"
+            f"{srgan_shape[0]} blocks, {srgan_shape[1]} channels, d_channels {srgan_shape[2]}, {srgan_shape[3]} "
+            f"{', '.join(layers)}"
         )
     return False
 

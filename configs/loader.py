@@ -96,7 +96,10 @@ def vgg_layer_count(network: str, layer: str) -> int | None:
 def perceptual_layers(perceptual: PerceptualConfig) -> dict[str, float]:
     """The VGG layers of the perceptual loss and their weights: `layers`, or
     `layer` alone with weight 1."""
-    return dict(perceptual.layers) if perceptual.layers is not None else {perceptual.layer: 1.0}
+    if perceptual.layers is not None:
+        return dict(perceptual.layers)
+    assert perceptual.layer is not None  # the loader refuses a config with neither
+    return {perceptual.layer: 1.0}
 
 
 def vgg_pool_count(network: str, layer: str) -> int:

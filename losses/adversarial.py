@@ -16,8 +16,8 @@ BasicSR's ESRGANModel (which trained the published weights) takes it: the
 gradient reaches D through C(x) in the first half and C(G(z)) in the second."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +50,7 @@ def relativistic_d(real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
 
 
 def relativistic_g(real: torch.Tensor | None, fake: torch.Tensor) -> torch.Tensor:
+    assert real is not None  # needs_real: the G step passes D(x) under the updated D
     real, fake = real.float(), fake.float()
     return (F.softplus(real - fake.mean()).mean() + F.softplus(-(fake - real.mean())).mean()) / 2
 

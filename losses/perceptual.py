@@ -51,7 +51,7 @@ class VGGFeatures(nn.Module):
         super().__init__()
         self.layers = {layers: 1.0} if isinstance(layers, str) else dict(layers)
         # the index in `features` of each layer's module (a feature is its output)
-        self.taken = {vgg_layer_count(network, name) - 1: name for name in self.layers}
+        self.taken = {_layer_count(network, name) - 1: name for name in self.layers}
         self.features = vgg_features(network, max(self.taken) + 1)
         if state_dict is not None:
             self.features.load_state_dict(state_dict)
@@ -77,6 +77,12 @@ class VGGFeatures(nn.Module):
         return out
 
 
+def _layer_count(network: str, layer: str) -> int:
+    count = vgg_layer_count(network, layer)
+    assert count is not None, layer  # the config's loader checked the name
+    return count
+
+
 def perceptual_loss(features: VGGFeatures, sr: torch.Tensor, hr: torch.Tensor, criterion: str = "mse") -> torch.Tensor:
     """The weighted sum over the layers of the mean distance (mse or l1)
     between feature maps; the HR branch needs no graph."""
@@ -84,15 +90,15 @@ def perceptual_loss(features: VGGFeatures, sr: torch.Tensor, hr: torch.Tensor, c
     with torch.no_grad():
         targets = features(hr)
     ours = features(sr)
-    return sum(weight * distance(ours[name].float(), targets[name].float())
-               for name, weight in features.layers.items())
+    terms = [weight * distance(ours[name].float(), targets[name].float()) for name, weight in features.layers.items()]
+    return torch.stack(terms).sum()
 
 
 def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
     """The feature network the config asks for; raises SrganError when
     `weights: imagenet` cannot be had, naming the alternatives."""
     layers = perceptual_layers(config)
-    count = max(vgg_layer_count(config.network, name) for name in layers)
+    count = max(_layer_count(config.network, name) for name in layers)
     choice = config.weights
     if choice == "none":
         return VGGFeatures(config.network, layers, None)
@@ -132,7 +138,7 @@ def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
 
 def _with_weights(config: PerceptualConfig, state: dict[str, torch.Tensor], origin: str) -> VGGFeatures:
     layers = perceptual_layers(config)
-    deepest = max(layers, key=lambda name: vgg_layer_count(config.network, name))
+    deepest = max(layers, key=lambda name: _layer_count(config.network, name))
     try:
         return VGGFeatures(config.network, layers, state)
     except (RuntimeError, TypeError, AttributeError, ValueError) as error:  # missing keys, wrong shapes or types

@@ -4,8 +4,6 @@ each image alone) that is the update of one batch of B; logged values are the
 batch's means; and a resumed run still equals the run never stopped."""
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -37,7 +35,7 @@ def batch(seed=1):
 
 def assert_same_update(a, b, names=("generator", "discriminator")):
     for net in names:
-        for (name, pa), pb in zip(getattr(a, net).named_parameters(), getattr(b, net).parameters()):
+        for (name, pa), pb in zip(getattr(a, net).named_parameters(), getattr(b, net).parameters(), strict=True):
             # the gradients each step summed (still in .grad), to fp32 rounding of sums over other groupings
             scale = pb.grad.abs().max().item()
             assert (pa.grad - pb.grad).abs().max().item() <= 1e-3 * scale + 1e-12, (net, name)

@@ -104,4 +104,4 @@ def test_esrgan_discriminators_train_deterministically_under_amp(discriminator, 
             stats = gan_step(parts, lr, hr)
         assert all(bool(torch.isfinite(v)) for v in stats.values())
         results.append([p.detach().clone() for p in parts.discriminator.parameters()])
-    assert all(torch.equal(a, b) for a, b in zip(*results))
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))

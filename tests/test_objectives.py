@@ -50,7 +50,7 @@ def test_each_objective_is_its_formula_in_value_and_gradient(kind, real, fake):
     assert torch.allclose(d_ours, d_ref, rtol=1e-6, atol=1e-7)
     ours_grads = torch.autograd.grad(d_ours, leaves[:2])
     ref_grads = torch.autograd.grad(d_ref, leaves[2:])
-    for a, b in zip(ours_grads, ref_grads):
+    for a, b in zip(ours_grads, ref_grads, strict=True):
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-8)
     fake_a, fake_b = fake.clone().requires_grad_(True), fake.clone().requires_grad_(True)
     g_ours = objective.g_loss(real if objective.needs_real else None, fake_a)
@@ -156,11 +156,11 @@ def test_gan_step_equals_the_plain_step(d_kind, kind, update):
     assert stats["g_loss"].item() == pytest.approx(l_g.item(), rel=1e-5)
     for net, ref, start in ((d, d_ref, d_0), (g, g_ref, g_0)):
         for (name, a), b, before in zip(net.state_dict().items(), ref.state_dict().values(),
-                                        start.state_dict().values()):
+                                        start.state_dict().values(), strict=True):
             # fp32 rounding of the gradient sums, against the size of the step itself
             step = (b.float() - before.float()).abs().max().item()
             assert (a.float() - b.float()).abs().max().item() <= 1e-3 * step + 1e-7, (type(net).__name__, name)
-        moved = [(p - p0).abs().max().item() for p, p0 in zip(net.parameters(), start.parameters())]
+        moved = [(p - p0).abs().max().item() for p, p0 in zip(net.parameters(), start.parameters(), strict=True)]
         assert max(moved) > 1e-4  # the step moved them: the comparison is not of untouched weights
 
 

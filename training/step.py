@@ -33,7 +33,7 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     sync here), means over the micro-batches: d_loss, g_loss, d_score = mean
     D(x), g_score = mean D(G(z)), and the generator's loss terms."""
     G, D, scaler, objective = parts.generator, parts.discriminator, parts.scaler, OBJECTIVES[parts.d_loss]
-    micro = list(zip(lr.chunk(parts.accumulate), hr.chunk(parts.accumulate)))
+    micro = list(zip(lr.chunk(parts.accumulate), hr.chunk(parts.accumulate), strict=True))
     k = len(micro)
 
     # 1. The generator runs once a micro-batch; its graphs serve both updates.
@@ -43,7 +43,7 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     # 2. D step: minimise d_loss on D(x) and D(G(z)).
     parts.optimizer_d.zero_grad(set_to_none=True)
     d_rows = []
-    for fake, (_, real) in zip(fakes, micro):
+    for fake, (_, real) in zip(fakes, micro, strict=True):
         with parts.runtime.autocast():
             real_logit = D(real)
             fake_logit = D(fake.detach() if parts.update == "detach" else fake)
@@ -76,7 +76,7 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     judge = unwrap(D)
     parts.optimizer_g.zero_grad(set_to_none=True)
     g_rows = []
-    for fake, (_, real) in zip(fakes, micro):
+    for fake, (_, real) in zip(fakes, micro, strict=True):
         with parts.runtime.autocast():
             with torch.no_grad():
                 real_logit_g = judge(real) if objective.needs_real else None
@@ -91,7 +91,7 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
 
 def mean_rows(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Each statistic's mean over the micro-batches (equal sizes: the batch's mean)."""
-    return {name: sum(row[name] for row in rows) / len(rows) for name in rows[0]}
+    return {name: torch.stack([row[name] for row in rows]).mean(0) for name in rows[0]}
 
 
 def generator_step(
@@ -100,7 +100,7 @@ def generator_step(
     """G alone, on its criterion without the adversarial term (SRResNet
     training), or on the image loss only (`image_only`: the pretraining
     phase before the GAN); gradients of the micro-batches summed as in gan_step."""
-    micro = list(zip(lr.chunk(parts.accumulate), hr.chunk(parts.accumulate)))
+    micro = list(zip(lr.chunk(parts.accumulate), hr.chunk(parts.accumulate), strict=True))
     parts.optimizer_g.zero_grad(set_to_none=True)
     rows = []
     for x, real in micro:
