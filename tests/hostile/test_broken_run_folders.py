@@ -201,6 +201,20 @@ def test_resuming_a_broken_run_folder_is_refused_on_one_line(srgan_bounded, tiny
     assert_refused(result, BROKEN[name][1])
 
 
+@pytest.mark.parametrize("name, kind", [("train.log", "fifo"), ("epochs.csv", "fifo"), ("train.log", "dangling")])
+def test_resuming_refuses_a_run_file_it_would_append_to_that_is_no_regular_file(srgan_bounded, tiny_run, tmp_path,
+                                                                                name, kind):
+    """train.log is only appended to: a FIFO in its place blocked the resumed
+    run for ever, a dangling link had the log written where it points."""
+    run = copy_run(tiny_run, tmp_path / "run")
+    replace_with(run / name, "fifo" if kind == "fifo" else tmp_path / "elsewhere.log")
+    before = {p.name for p in run.iterdir()}
+    result = srgan_bounded("train", "--resume", run, "--set", "train.max_steps=4", "--set", "train.epochs=10")
+    assert_refused(result, f"{name}: ")
+    assert "remove it to resume" in result.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "elsewhere.log").exists() and {p.name for p in run.iterdir()} - {".lock"} == before
+
+
 def test_a_lock_left_nested_too_deeply_is_taken_over(srgan, tiny_run, tmp_path):
     run = make_killed(tiny_run, tmp_path, "pid_nested")
     result = srgan("train", "--resume", run, "--set", "train.max_steps=4", "--set", "train.epochs=10")
