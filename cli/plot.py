@@ -1,6 +1,8 @@
 """`srgan plot`: the curves of one run or of several, overlaid."""
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -43,14 +45,18 @@ def plot(
 ) -> None:
     """Validation PSNR, g_loss, d_loss, d_score and g_score against step, one colour a run,
     the legend naming the settings in which the runs differ (needs matplotlib)."""
-    from srgan.configs import SrganError
-    from srgan.training.runs import find_runs, run_labels
+    from srgan.configs import Config, SrganError
+    from srgan.training.logs import read_run_logs
+    from srgan.training.runs import find_runs, read_run_config, run_labels
+
+    def is_run(folder: Path) -> bool:  # whatever its metrics.jsonl is: a FIFO in its place is a broken run, said so
+        return os.path.lexists(folder / "metrics.jsonl")
 
     folders = []
     for run in runs:
-        if (run / "metrics.jsonl").is_file():
+        if is_run(run):
             folders.append(run)
-        elif run.is_dir() and (found := [r for r in find_runs(run) if (r / "metrics.jsonl").is_file()]):
+        elif run.is_dir() and (found := [r for r in find_runs(run) if is_run(r)]):
             folders.extend(found)
         else:
             raise SrganError(f"{run}: not a run folder (no metrics.jsonl), nor a folder of runs")
@@ -60,12 +66,35 @@ def plot(
         raise SrganError(f"-o {output}: expected a file name ending in .png")
     if names and len(names) != len(folders):
         raise SrganError(f"--label: {len(names)} given for {len(folders)} runs; give one a run, in order")
-    labels = names or (run_labels(folders) if len(folders) > 1 else None)
+    # A broken run among several is skipped, saying why; the others are drawn.
+    names = names or []
+    drawn: list[Path] = []
+    series: list[tuple[list[dict], list[dict]]] = []
+    configs: list[Config] = []  # for the legend, when it is made from the settings
+    kept_names: list[str] = []
+    for i, folder in enumerate(folders):
+        try:
+            logs = read_run_logs(folder)
+            config = read_run_config(folder) if len(folders) > 1 and not names else None
+        except SrganError as error:
+            if len(folders) == 1:
+                raise
+            logging.getLogger("srgan").warning("skipping %s: %s", folder, error)
+            continue
+        drawn.append(folder)
+        series.append(logs)
+        if config is not None:
+            configs.append(config)
+        kept_names.extend(names[i : i + 1])
+    if not drawn:
+        raise SrganError(f"{' '.join(map(str, runs))}: no run to draw: the {len(folders)} found are all broken "
+                         "(the lines above say how)")
+    labels = kept_names or (run_labels(drawn, configs) if len(drawn) > 1 else None)
     try:
         from srgan.training.pictures import draw_curves
 
-        out = output or folders[0] / "curves.png"
-        typer.echo(draw_curves(folders, out, overwrite=output is None or force, labels=labels,
-                                       psnr_only=psnr_only))
+        out = output or drawn[0] / "curves.png"
+        typer.echo(draw_curves(drawn, out, overwrite=output is None or force, labels=labels, psnr_only=psnr_only,
+                               series=series))
     except ImportError:
         raise SrganError("srgan plot needs matplotlib: pip install 'srgan[plot]'") from None

@@ -1,7 +1,6 @@
 """`srgan runs`: a table of the runs below a folder, best validation first."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -14,11 +13,11 @@ def runs(
 ) -> None:
     """One row a run: its settings against its preset, steps done / planned, state, best
     validation PSNR/SSIM with bicubic's, the last d_loss, g_loss, d_score, g_score, wall time."""
-    from srgan.training.runs import find_runs, format_runs, sort_rows, summarize
+    from srgan.training.runs import find_runs, format_runs, rows_as_json, sort_rows, summarize
 
     rows = sort_rows([summarize(run) for run in find_runs(folder)])
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(rows_as_json(rows))
     elif rows:
         typer.echo(format_runs(rows, folder))
     else:

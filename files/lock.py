@@ -2,9 +2,11 @@
 flock on `<run>/.lock` for as long as the run trains. The kernel drops the
 lock when its process dies, however it dies, so a lock left by a killed run
 is recognised as stale and taken over; the file records who holds it, for
-the message the second process prints."""
+the message the second process prints and for `srgan runs`, which reads it
+without locking."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -14,10 +16,13 @@ import time
 from pathlib import Path
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.files.reading import check_regular, parse_json, read_regular_bytes
 
 log = logging.getLogger("srgan")
 
 LOCK_NAME = ".lock"
+HOLDER_BYTES = 4096  # the holder record is one short line; only this much of the file is looked at
+PID_LIMIT = 1 << 22  # Linux's PID_MAX_LIMIT: every pid is below it
 
 
 class RunLock:
@@ -26,11 +31,22 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
+        # Not through a link (the holder record would be written over its
+        # target) and never blocking on a FIFO; anything but a regular file is
+        # refused before it is locked or written.
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise SrganError(f"{self.path}: a symbolic link, not the lock file srgan writes; "
+                                 "remove it to use this run folder") from None
             raise SrganError(f"{self.path.parent}: cannot be used as a run folder ({first_line(error)})") from None
+        try:
+            check_regular(self.path, os.fstat(fd).st_mode)
+        except SrganError as error:
+            os.close(fd)
+            raise SrganError(f"{error}; remove it to use this run folder") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -72,9 +88,46 @@ class RunLock:
         self.release()
 
 
+def read_holder(run_dir: Path) -> dict:
+    """The holder recorded in a run folder's lock file, read without locking
+    it: {} when there is no lock file or no record srgan would write.
+    Raises SrganError for a lock that is no regular file (nothing can lock
+    the folder then)."""
+    path = Path(run_dir) / LOCK_NAME
+    if not os.path.lexists(path):
+        return {}
+    return _holder_record(read_regular_bytes(path, 1 << 20, "lock file"))  # a record is far less
+
+
+def holder_alive(holder: dict) -> bool:
+    """Whether the recorded holder is a live process (one on another host is
+    taken as alive). A pid no process can have is not alive: 0 and negative
+    pids would make os.kill probe a process group (and succeed), a huge one
+    overflows it."""
+    pid, host = holder.get("pid"), holder.get("host")
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < PID_LIMIT or not isinstance(host, str):
+        return False
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
 def _read_holder(fd: int) -> dict:
     try:
-        record = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        return _holder_record(os.pread(fd, HOLDER_BYTES, 0))
+    except OSError:
+        return {}
+
+
+def _holder_record(data: bytes) -> dict:
+    try:
+        record = parse_json(data[:HOLDER_BYTES].decode() or "{}")
     except (ValueError, UnicodeDecodeError):
         return {}
     return record if isinstance(record, dict) else {}

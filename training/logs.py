@@ -5,7 +5,9 @@ a row is due: one host sync per row, none per step.
 
 The files are appended to, so a kill or a full disk mid-append can leave a
 torn last line: the readers here drop such a line (with a warning) and
-refuse any other damage, naming the file and the line."""
+refuse any other damage, naming the file and the line. They read regular
+files only, of at most MAX_LOG_BYTES: a FIFO or a link to /dev/zero in a
+run folder is refused, not waited on or read without end."""
 from __future__ import annotations
 
 import csv
@@ -19,7 +21,7 @@ import numpy as np
 import torch
 
 from srgan.configs.errors import SrganError
-from srgan.files import DiskFull, write_text
+from srgan.files import DiskFull, parse_json, read_regular_text, write_text
 from srgan.files.atomic import FULL_DISK_ERRNOS
 
 log = logging.getLogger("srgan")
@@ -27,6 +29,10 @@ log = logging.getLogger("srgan")
 LOSS_TERMS = ("image", "adversarial", "perceptual", "tv")
 EPOCH_COLUMNS = ("epoch", "step", "d_loss", "g_loss", "d_score", "g_score", *LOSS_TERMS, "psnr", "ssim", "seconds")
 VALIDATION_COLUMNS = ("epoch", "step", "psnr", "ssim", "bicubic_psnr", "bicubic_ssim")
+# A row every `log_every` steps is a few hundred bytes: a million rows. A
+# file larger than this is no log srgan wrote (a sparse file, a copy gone
+# wrong), and reading it whole would take the memory of several times its size.
+MAX_LOG_BYTES = 256 << 20
 
 
 class NonFiniteLoss(SrganError):
@@ -149,14 +155,14 @@ def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[
 def read_jsonl(path: Path) -> list[dict]:
     """The rows of metrics.jsonl. A torn last line (a kill or a full disk
     mid-append) is dropped with a warning; any other bad line is an error."""
-    text = _read_text(path)
+    text = read_regular_text(path, MAX_LOG_BYTES, "log")
     lines = text.split("\n")
     rows = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = parse_json(line)
             if not isinstance(row, dict) or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
                 raise ValueError("not a row with an integer step")
         except ValueError as error:
@@ -170,7 +176,7 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict]:
     """The rows of epochs.csv or validation.csv, with the checks of read_jsonl:
     the header must be `columns`, epoch and step integers, the other fields
     numbers or empty."""
-    text = _read_text(path)
+    text = read_regular_text(path, MAX_LOG_BYTES, "log")
     lines = text.splitlines(keepends=True)
     if not lines:
         return []
@@ -215,15 +221,6 @@ def _torn_or_damaged(path: Path, number: int, torn: bool, what: str, error: Exce
         log.warning("%s: line %d is cut short (an interrupted write); ignoring it", path, number)
         return
     raise SrganError(f"{path}: line {number} is not {what} ({error}); the file is damaged: remove that line to go on")
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise SrganError(f"{path}: not text; the file is damaged") from None
-    except OSError as error:
-        raise SrganError(f"{path}: cannot be read ({error.strerror})") from None
 
 
 # ---- writing ----------------------------------------------------------------

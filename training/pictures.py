@@ -60,11 +60,12 @@ class SampleSheet:
 
 
 def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: list[str] | None = None,
-                psnr_only: bool = False) -> Path:
+                psnr_only: bool = False, series: list[tuple[list[dict], list[dict]]] | None = None) -> Path:
     """Validation PSNR, g_loss, d_loss, d_score = D(x) and g_score = D(G(z))
     against step, one colour a run, from the runs' files (curves.png of a
     run, `srgan plot` of several); `psnr_only`: the PSNR panel alone, larger,
-    for comparing learning curves. Raises ImportError without matplotlib."""
+    for comparing learning curves; `series`: the runs' read_run_logs, when
+    the caller has read them. Raises ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,7 +75,7 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
     out = Path(out)
     check_output(out, overwrite)  # before the drawing
     labels = labels or [run.name for run in runs]
-    series = [read_run_logs(run) for run in runs]
+    series = series if series is not None else [read_run_logs(run) for run in runs]
     if psnr_only:
         fig, psnr_axes = plt.subplots(1, 2, figsize=(13, 5.5), constrained_layout=True, width_ratios=(3, 1))
         panels = {"psnr": (psnr_axes[0], "validation PSNR (dB, Y channel)")}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from srgan.configs import Config, SrganError, config_to_yaml
 from srgan.files import RunLock, write_text
+from srgan.files.reading import check_regular
 
 log = logging.getLogger("srgan")
 
@@ -57,6 +58,8 @@ class RunFolder:
                 raise SrganError(f"train.run_dir: {self.path} already holds a run; resume it with --resume, "
                                  "or choose another folder")
             started = self.has_checkpoint()
+            if started:
+                self.check_run_files()
             if not started and (self.path / "config.yaml").exists():
                 log.info("%s: an earlier run stopped before its first checkpoint; starting it afresh", self.path)
                 for name in RUN_FILES:
@@ -79,6 +82,21 @@ class RunFolder:
         if reason:
             status["reason"] = reason
         write_text(self.path / STATUS_NAME, json.dumps(status) + "\n", overwrite=True)
+
+    def check_run_files(self) -> None:
+        """The files a resumed run reads and appends to are regular files,
+        or absent: appending to a FIFO waits for a reader for ever, and a
+        link to nothing would have the log written where it points."""
+        for name in RUN_FILES:
+            path = self.path / name
+            if not os.path.lexists(path):
+                continue
+            try:
+                check_regular(path, os.stat(path).st_mode)
+            except OSError as error:
+                raise SrganError(f"{path}: a link to nothing ({error.strerror}); remove it to resume this run") from None
+            except SrganError as error:
+                raise SrganError(f"{error}; remove it to resume this run") from None
 
     def remove_temporary_files(self) -> None:
         """Temporary files of a writer that was killed mid-write: they hold

@@ -1,40 +1,45 @@
 """What a run folder says about its run, for `srgan runs` and `srgan plot`:
 its settings against its preset, how far it got, in what state, its best
 validation and its last GAN values. Read from the small files a run writes
-(config.yaml, run.json, validation.csv, metrics.jsonl), never a checkpoint;
-a broken folder gives a summary that says what is wrong."""
+(config.yaml, run.json, validation.csv, metrics.jsonl), never a checkpoint,
+and only from regular files: a broken folder (a FIFO, a link to a device,
+wrong types, JSON nested too deeply) gives a row that says what is wrong,
+and the others are listed as ever."""
 from __future__ import annotations
 
 import json
+import math
 import os
-import socket
 from pathlib import Path
 
 from srgan.configs import Config, SrganError, config_from_dict, config_to_dict, load_config, preset_names
-from srgan.configs.loader import parse_yaml
-from srgan.files.lock import LOCK_NAME
+from srgan.configs.loader import MAX_CONFIG_BYTES, parse_yaml
+from srgan.files import parse_json, read_regular_text
+from srgan.files.lock import holder_alive, read_holder
 from srgan.training.logs import is_number, read_run_logs
-from srgan.training.run_folder import STATUS_NAME
+from srgan.training.run_folder import STATES, STATUS_NAME
 
 GAN_VALUES = ("d_loss", "g_loss", "d_score", "g_score")
 # Keys that differ between any two runs without saying anything about them.
 IGNORED_KEYS = ("name", "train.run_dir")
+MAX_STATUS_BYTES = 1 << 16  # run.json is one short line
 
 
 def find_runs(folder: Path) -> list[Path]:
-    """Run folders (with a config.yaml) at or below `folder`, in name order."""
+    """Run folders (with a config.yaml) at or below `folder`, in name order;
+    a config.yaml that is no regular file makes a broken one, not none."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SrganError(f"{folder}: no such folder")
-    found = {path.parent for path in folder.rglob("config.yaml") if path.is_file()}
+    found = {path.parent for path in folder.rglob("config.yaml") if not path.is_dir()}
     return sorted(found)
 
 
 def read_run_config(run: Path) -> Config:
     path = run / "config.yaml"
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise SrganError(f"{run}: no config.yaml")
-    raw = parse_yaml(path.read_text(encoding="utf-8", errors="replace"), str(path))
+    raw = parse_yaml(read_regular_text(path, MAX_CONFIG_BYTES, "config"), str(path))
     if not isinstance(raw, dict):
         raise SrganError(f"{path}: not a mapping")
     return config_from_dict(raw, str(path))
@@ -70,10 +75,11 @@ def differing_settings(configs: list[Config]) -> list[str]:
     return [k for k in keys if len({json.dumps(flat.get(k), sort_keys=True) for flat in flats}) > 1]
 
 
-def run_labels(runs: list[Path]) -> list[str]:
+def run_labels(runs: list[Path], configs: list[Config] | None = None) -> list[str]:
     """A legend entry a run: the settings in which the runs differ (and its
-    folder's name where those do not tell it from another run)."""
-    configs = [read_run_config(run) for run in runs]
+    folder's name where those do not tell it from another run). `configs`:
+    the runs' configs, when the caller has read them."""
+    configs = configs if configs is not None else [read_run_config(run) for run in runs]
     keys = differing_settings(configs)
     settings = []
     for config in configs:
@@ -96,14 +102,16 @@ def summarize(run: Path) -> dict:
         row.update(_status(run))
         rows, validations = read_run_logs(run)
         scored = [v for v in validations if v["psnr"]]
+        finite = [v for v in scored if math.isfinite(float(v["psnr"]))]  # a NaN would win or lose by its place
+        if finite:
+            best = max(finite, key=lambda v: float(v["psnr"]))
+            row.update(best_psnr=_number(best["psnr"]), best_ssim=_number(best["ssim"]), best_step=int(best["step"]),
+                       bicubic_psnr=_number(best["bicubic_psnr"]), bicubic_ssim=_number(best["bicubic_ssim"]))
         if scored:
-            best = max(scored, key=lambda v: float(v["psnr"]))
-            row.update(best_psnr=float(best["psnr"]), best_ssim=float(best["ssim"]), best_step=int(best["step"]),
-                       bicubic_psnr=float(best["bicubic_psnr"]), bicubic_ssim=float(best["bicubic_ssim"]))
             # the last too: a GAN phase trades PSNR away after the best, which "best" alone would hide
-            row.update(last_psnr=float(scored[-1]["psnr"]), last_ssim=float(scored[-1]["ssim"]))
+            row.update(last_psnr=_number(scored[-1]["psnr"]), last_ssim=_number(scored[-1]["ssim"]))
         for name in GAN_VALUES:
-            row[name] = next((r[name] for r in reversed(rows) if is_number(r.get(name))), None)
+            row[name] = next((value for r in reversed(rows) if (value := _float(r.get(name))) is not None), None)
         if row["step"] is None and rows:
             row["step"] = rows[-1]["step"]
     except SrganError as error:
@@ -120,16 +128,17 @@ def _status(run: Path) -> dict:
     process holds the run's lock (a "running" record without one is a run
     that died without a word)."""
     path = run / STATUS_NAME
-    if not path.is_file():  # a run from before run.json, or one that never reached its first step
+    if not os.path.lexists(path):  # a run from before run.json, or one that never reached its first step
         if _locked(run):
             return {"state": "running"}
         return {"state": "stopped" if (run / "checkpoints" / "last.pt").is_file() else "not started"}
     try:
-        status = json.loads(path.read_text(encoding="utf-8"))
+        status = parse_json(read_regular_text(path, MAX_STATUS_BYTES, "run.json"))
         if not isinstance(status, dict):
             raise ValueError("not a mapping")
-    except (ValueError, UnicodeDecodeError):
-        raise SrganError(f"{path}: damaged") from None
+    except ValueError as error:
+        raise SrganError(f"{path}: damaged ({error})") from None
+    _check_status(path, status)
     state = status.get("state")
     if _locked(run):
         state = "running"
@@ -142,24 +151,64 @@ def _status(run: Path) -> dict:
     return result
 
 
+def _check_status(path: Path, status: dict) -> None:
+    """run.json's values have the types run_folder writes, or the folder is
+    broken, naming the key: a hand edit or a copy tool must not reach the
+    table as a format error."""
+    def fail(key: str, expected: str):
+        shown = repr(status[key])
+        raise SrganError(f"{path}: {key}: expected {expected}, got {shown if len(shown) <= 40 else shown[:37] + '...'}")
+
+    if "state" not in status:
+        raise SrganError(f"{path}: state: missing; expected one of {', '.join(STATES)}")
+    if status["state"] not in STATES:
+        fail("state", f"one of {', '.join(STATES)}")
+    for key in ("step", "planned_steps"):
+        value = status.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63):
+            fail(key, "a whole number of steps, at least 0")
+    wall = status.get("wall_seconds")
+    if wall is not None and ((seconds := _float(wall)) is None or not 0 <= seconds < math.inf):
+        fail("wall_seconds", "a finite number of seconds, at least 0")
+    if status.get("reason") is not None and not isinstance(status["reason"], str):
+        fail("reason", "a line of text")
+
+
 def _locked(run: Path) -> bool:
     """Whether the process recorded in the run's lock file is alive. Read,
     not locked: probing the flock could make a run starting at that moment
-    think the folder is taken. A holder on another host is taken as alive."""
+    think the folder is taken."""
+    return holder_alive(read_holder(run))
+
+
+def _float(value) -> float | None:
+    """A logged number as a float (NaN and infinities included); None for
+    anything else, and for an integer too large for a float."""
+    if not is_number(value):
+        return None
     try:
-        holder = json.loads((run / LOCK_NAME).read_text() or "{}")
-        pid, host = int(holder["pid"]), holder.get("host")
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    if host != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _number(field: str) -> float | None:
+    """A numeric field of validation.csv (read_csv checked it), None when empty."""
+    return float(field) if field else None
+
+
+def rows_as_json(rows: list[dict]) -> str:
+    """The rows as JSON: NaN and the infinities, which JSON lacks, become null."""
+    def clean(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: clean(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(item) for item in value]
+        return value
+
+    return json.dumps(clean(rows), indent=2, allow_nan=False)
 
 
 def sort_rows(rows: list[dict]) -> list[dict]:
