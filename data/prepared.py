@@ -41,6 +41,7 @@ from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import MAX_IMAGE_PIXELS, find_images, try_load_rgb8
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
+from srgan.files.reading import parse_json, read_regular_text
 
 log = logging.getLogger("srgan")
 
@@ -113,11 +114,11 @@ def read_index(path: Path, key: str = "data.train") -> list[dict]:
     version, a pixel file shorter than the index says."""
     index_path, pixels_path = path / INDEX_NAME, path / PIXELS_NAME
     try:
-        index = json.loads(_read_regular_file(index_path, MAX_INDEX_BYTES, key).decode("utf-8"))
-    except RecursionError:
-        raise SrganError(f"{key}: {index_path}: not a readable index (nested too deeply)") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise SrganError(f"{key}: {index_path}: not a readable index ({first_line(error)})") from None
+        index = parse_json(read_regular_text(index_path, MAX_INDEX_BYTES, "prepared dataset's index"))
+    except SrganError as error:
+        raise SrganError(f"{key}: {error}") from None
+    except ValueError as error:
+        raise SrganError(f"{key}: {index_path}: not a readable index ({error})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise SrganError(f"{key}: {path}: not an srgan prepared dataset ({INDEX_NAME} does not say format: {FORMAT})")
     if index.get("version") != VERSION:
@@ -152,25 +153,6 @@ def read_index(path: Path, key: str = "data.train") -> list[dict]:
                              "forged: each image's pixels follow the previous one's)")
         end = entry["offset"] + entry["height"] * entry["width"] * 3
     return entries
-
-
-def _read_regular_file(path: Path, limit: int, key: str) -> bytes:
-    """The bytes of `path`, refused in one line unless it is a regular file of
-    at most `limit` bytes: a FIFO would block the read, /dev/zero never end it.
-    (Opened without blocking, so that a FIFO is seen for what it is.)"""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as error:
-        raise SrganError(f"{key}: {path}: cannot be read ({first_line(error)})") from None
-    with open(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SrganError(f"{key}: {path}: not a regular file")
-        data = f.read(limit + 1) if info.st_size <= limit else b""
-        size = max(info.st_size, len(data))  # it may have grown since fstat
-        if size > limit:
-            raise SrganError(f"{key}: {path}: {size:,} bytes, larger than an index can be ({limit:,})")
-    return data
 
 
 def prepare_dataset(sources: list[Path], out: Path, workers: int, force: bool = False) -> dict:

@@ -157,7 +157,7 @@ def make_huge(copy):
     (nest_deep, "not a readable index (nested too deeply)"),
     (make_fifo, "not a regular file"),
     (link_to_dev_zero, "not a regular file"),
-    (make_huge, "larger than"),
+    (make_huge, "a prepared dataset's index is at most"),
 ])
 def test_a_forged_index_is_refused_in_one_line(srgan, prepared, tmp_path, forge, culprit):
     copy = copy_of(prepared, tmp_path)
