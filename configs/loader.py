@@ -161,7 +161,38 @@ def _apply_override(raw: dict, item: str) -> None:
         if not isinstance(child, dict):
             raise SrganError(f"--set {key}: {'.'.join(parts[: depth + 1])} is not a section")
         node = child
-    node[parts[-1]] = value
+    section = _section_type(parts)
+    if section is None:
+        node[parts[-1]] = value
+    elif not isinstance(value, dict):
+        example = dataclasses.fields(section)[0].name
+        raise SrganError(f"--set: {key}: expected a mapping, got {_show(value)}; or set its keys one by one, "
+                         f"e.g. --set {key}.{example}=VALUE")
+    else:
+        # a section given whole changes the keys it names, not the others
+        # (its unknown keys are refused with their dotted path by _build)
+        if not isinstance(node.get(parts[-1]), dict):
+            node[parts[-1]] = {}
+        _merge(node[parts[-1]], value)
+
+
+def _section_type(parts: list[str]) -> type | None:
+    """The dataclass of the config section the dotted key names, or None for a value (or an unknown key)."""
+    cls = Config
+    for part in parts:
+        hint = typing.get_type_hints(cls).get(part)
+        if not dataclasses.is_dataclass(hint):
+            return None
+        cls = hint
+    return cls
+
+
+def _merge(into: dict, value: dict) -> None:
+    for key, item in value.items():
+        if isinstance(item, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], item)
+        else:
+            into[key] = item
 
 
 def _closest(name: str, options: typing.Iterable[str]) -> str:
