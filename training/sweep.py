@@ -3,7 +3,8 @@ several keys are swept), trained one after another, each in its own run
 folder named after its settings, inside one sweep folder whose sweep.yaml
 records the plan. Every variant's config is checked before the first one
 trains; `--resume SWEEP` skips the finished variants and continues the
-others."""
+others. A sweep folder holds a sweep and nothing else: a sweep is refused in
+a folder that holds a run (or anything else)."""
 from __future__ import annotations
 
 import itertools
@@ -18,12 +19,15 @@ import yaml
 from srgan.configs import Config, SrganError, load_config
 from srgan.configs.loader import DEFAULT_PRESET, parse_yaml
 from srgan.files import write_text
+from srgan.training.run_folder import RUN_FILES
 from srgan.training.runs import summarize
 from srgan.training.signals import TrainingInterrupted
 
 log = logging.getLogger("srgan")
 
 SWEEP_FILE = "sweep.yaml"
+# What says a folder holds a run (or the start of one).
+RUN_ENTRIES = ("config.yaml", "checkpoints", *RUN_FILES)
 
 
 @dataclass
@@ -79,8 +83,7 @@ def run_sweep(source: str | None, overrides: list[str], sweep: list[str], resume
         axes = parse_sweep(sweep)
         base = load_config(source, overrides)
         folder = Path(base.train.run_dir) if base.train.run_dir else default_sweep_dir(base)
-        if (folder / SWEEP_FILE).exists():
-            raise SrganError(f"{folder}: already holds a sweep; continue it with --resume {folder}")
+        check_new_sweep_folder(folder)
         base_overrides, skip_finished = list(overrides), True
     variants = variants_of(axes)
     configs: list[tuple[Variant, Config]] = [
@@ -112,6 +115,26 @@ def run_sweep(source: str | None, overrides: list[str], sweep: list[str], resume
     if failed:
         log.warning("sweep: %d of %d variants failed: %s", len(failed), len(configs), ", ".join(failed))
     return [folder / v.name for v in variants]
+
+
+def check_new_sweep_folder(folder: Path) -> None:
+    """A new sweep goes into a new or empty folder: in a run's folder its
+    sweep.yaml would turn `--resume RUN` into a resume of the sweep."""
+    if not (folder.exists() or folder.is_symlink()):
+        return
+    if not folder.is_dir():
+        raise SrganError(f"train.run_dir: {folder} is a file, not a folder")
+    if is_sweep(folder):
+        raise SrganError(f"{folder}: already holds a sweep; continue it with --resume {folder}")
+    entries = sorted(p.name for p in folder.iterdir())
+    run = [name for name in entries if name in RUN_ENTRIES]
+    if run:
+        raise SrganError(f"train.run_dir: {folder} holds a run ({', '.join(run)}); a sweep needs a folder of its "
+                         f"own: choose another train.run_dir (the run goes on with srgan train --resume {folder})")
+    if entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise SrganError(f"train.run_dir: {folder} is not empty ({shown}) and holds no sweep; a sweep needs a new "
+                         "or empty folder: choose another train.run_dir")
 
 
 def read_sweep(folder: Path) -> tuple[Path, str, list[str], list[tuple[str, list[str]]]]:

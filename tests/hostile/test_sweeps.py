@@ -1,11 +1,58 @@
-"""Sweeps and section values: a whole section given as a value is merged
-key by key."""
+"""Sweeps and section values: a sweep never lands in a run folder (nor a run
+in a sweep folder), and a whole section given as a value is merged key by
+key."""
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from conftest import assert_refused
+from conftest import assert_refused, assert_unchanged, interrupt_at, set_args, snapshot, tiny_overrides
+from srgan.configs import load_config
+from srgan.models import load_checkpoint
+from srgan.training import train
+
+
+@pytest.fixture
+def plan(photo_dir, tmp_path) -> dict:
+    """A sweep.yaml as `srgan train --sweep train.lr_g=1e-3,2e-3 --sweep model.blocks=2` writes it."""
+    return {"config": "demo", "overrides": tiny_overrides(photo_dir, tmp_path / "elsewhere"),
+            "sweep": [{"key": "train.lr_g", "values": ["1e-3", "2e-3"]}, {"key": "model.blocks", "values": ["2"]}],
+            "variants": ["lr_g=1e-3,blocks=2", "lr_g=2e-3,blocks=2"]}
+
+
+# ---- a sweep into a run folder, a run into a sweep folder -------------------------
+
+
+def test_a_sweep_into_a_run_folder_is_refused_and_the_run_still_resumes(srgan, photo_dir, tmp_path):
+    finished = train(load_config("demo", tiny_overrides(photo_dir, tmp_path / "finished")))
+    stopped = interrupt_at(load_config("demo", tiny_overrides(photo_dir, tmp_path / "stopped")), 1)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine\n")
+    for folder, culprit in ((finished, "holds a run"), (stopped, "holds a run"), (other, "notes.txt")):
+        before, entries = snapshot(folder), sorted(folder.iterdir())
+        result = srgan("train", *set_args(tiny_overrides(photo_dir, folder)), "--sweep", "train.lr_g=1e-4,1e-3")
+        assert_refused(result, culprit)
+        assert str(folder) in result.stderr.splitlines()[-1]
+        assert_unchanged(before)
+        assert sorted(folder.iterdir()) == entries  # no sweep.yaml, no variant folder
+    # and --resume still means the run, not a sweep
+    result = srgan("train", "--resume", stopped)
+    assert result.returncode == 0, result
+    assert load_checkpoint(stopped)["step"] == 2
+    result = srgan("train", "--resume", finished, "--set", "train.max_steps=3", "--set", "train.epochs=2")
+    assert result.returncode == 0, result
+    assert load_checkpoint(finished)["step"] == 3
+
+
+def test_a_run_into_a_sweep_folder_is_refused(srgan, photo_dir, plan, tmp_path):
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
+    result = srgan("train", *set_args(tiny_overrides(photo_dir, folder)))
+    assert_refused(result, "holds a sweep")
+    assert f"--resume {folder}" in result.stderr.splitlines()[-1]
+    assert [p.name for p in folder.iterdir()] == ["sweep.yaml"]
 
 
 # ---- a whole section as a value ----------------------------------------------------
