@@ -127,3 +127,8 @@ def test_a_sweep_runs_every_variant_and_resumes_after_an_interrupt(photo_dir, tm
     assert len(table) == 2 + 2 and all("finished" in line and "20/20" in line for line in table[2:])
     steps = [json.loads(line)["step"] for line in second.read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 20  # resumed, no row twice
+
+
+def test_sweep_values_keep_nested_mappings_whole():
+    axes = parse_sweep(["train={lr_g: 1, lr_schedule: {gamma: 0.5}},{lr_g: 2}", "model.blocks=1"])
+    assert axes == [("train", ["{lr_g: 1, lr_schedule: {gamma: 0.5}}", "{lr_g: 2}"]), ("model.blocks", ["1"])]

@@ -37,18 +37,34 @@ class Variant:
 
 
 def parse_sweep(items: list[str]) -> list[tuple[str, list[str]]]:
-    """KEY=V1,V2 items -> (key, values); commas inside brackets belong to a value."""
+    """KEY=V1,V2 items -> (key, values)."""
     axes = []
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()
-        values = [v.strip() for v in re.split(r",(?![^\[\]{}]*[\]}])", text)] if sep else []
+        values = split_values(text) if sep else []
         if not key or len(values) < 1 or any(v == "" for v in values):
             raise SrganError(f"--sweep {item!r}: expected KEY=V1,V2[,...], e.g. --sweep train.lr_g=1e-4,1e-3")
         if key in (k for k, _ in axes):
             raise SrganError(f"--sweep {key}: given twice; list all its values in one --sweep")
         axes.append((key, values))
     return axes
+
+
+def split_values(text: str) -> list[str]:
+    """V1,V2,... split on the commas outside brackets: [0.9, 0.999] or
+    {lr_g: 1, lr_schedule: {gamma: 0.5}} is one value."""
+    values, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            values.append(text[start:i].strip())
+            start = i + 1
+    values.append(text[start:].strip())
+    return values
 
 
 def variants_of(axes: list[tuple[str, list[str]]]) -> list[Variant]:

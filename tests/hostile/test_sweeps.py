@@ -1,15 +1,28 @@
 """Sweeps and section values: a sweep never lands in a run folder (nor a run
 in a sweep folder), and a whole section given as a value is merged key by
-key."""
+key, in `--set` and in `--sweep`."""
 from __future__ import annotations
+
+import json
 
 import pytest
 import yaml
 
-from conftest import assert_refused, assert_unchanged, interrupt_at, set_args, snapshot, tiny_overrides
+from conftest import assert_refused, assert_unchanged, interrupt_at, run_cli, set_args, snapshot, tiny_overrides
 from srgan.configs import load_config
 from srgan.models import load_checkpoint
 from srgan.training import train
+
+
+@pytest.fixture(scope="module")
+def section_sweep(photo_dir, tmp_path_factory):
+    """A finished sweep of 2 tiny variants whose swept values are whole sections."""
+    folder = tmp_path_factory.mktemp("sweeps") / "sections"
+    result = run_cli("train", *set_args(tiny_overrides(photo_dir, folder)),
+                     "--sweep", "train={lr_g: 1e-3},{lr_g: 2e-3, lr_schedule: {gamma: 0.5}}",
+                     "--sweep", "model={blocks: 2}")
+    assert result.returncode == 0, result
+    return folder
 
 
 @pytest.fixture
@@ -18,6 +31,10 @@ def plan(photo_dir, tmp_path) -> dict:
     return {"config": "demo", "overrides": tiny_overrides(photo_dir, tmp_path / "elsewhere"),
             "sweep": [{"key": "train.lr_g", "values": ["1e-3", "2e-3"]}, {"key": "model.blocks", "values": ["2"]}],
             "variants": ["lr_g=1e-3,blocks=2", "lr_g=2e-3,blocks=2"]}
+
+
+def run_config(run) -> dict:
+    return yaml.safe_load((run / "config.yaml").read_text())
 
 
 # ---- a sweep into a run folder, a run into a sweep folder -------------------------
@@ -82,3 +99,21 @@ def test_a_section_value_is_merged_key_by_key(srgan):
 ])
 def test_a_section_value_that_is_no_mapping_or_has_unknown_keys_is_refused(srgan, override, culprit):
     assert_refused(srgan("config", "show", "demo", "--set", override), culprit)
+
+
+def test_a_swept_section_keeps_the_other_settings_of_the_section(section_sweep):
+    plan = yaml.safe_load((section_sweep / "sweep.yaml").read_text())
+    runs = [section_sweep / name for name in plan["variants"]]
+    assert len(runs) == 2
+    demo = load_config("demo")
+    for run, lr_g, gamma in zip(runs, (1e-3, 2e-3), (demo.train.lr_schedule.gamma, 0.5)):
+        config = run_config(run)
+        assert json.loads((run / "run.json").read_text())["state"] == "finished"
+        t = config["train"]
+        assert (t["lr_g"], t["lr_schedule"]["gamma"]) == (lr_g, gamma)
+        # the user's --set and the preset's values of the swept sections are all still there
+        assert (t["max_steps"], t["precision"], t["device"], t["epochs"], t["lr_d"]) == (2, "fp32", "cpu", 1,
+                                                                                      demo.train.lr_d)
+        assert t["lr_schedule"]["kind"] == demo.train.lr_schedule.kind and t["run_dir"] == str(run)
+        assert (config["model"]["blocks"], config["model"]["channels"], config["model"]["d_channels"]) == (2, 8, 8)
+        assert config["model"]["residual"] == demo.model.residual
