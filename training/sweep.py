@@ -4,11 +4,13 @@ folder named after its settings, inside one sweep folder whose sweep.yaml
 records the plan. Every variant's config is checked before the first one
 trains; `--resume SWEEP` skips the finished variants and continues the
 others. A sweep folder holds a sweep and nothing else: a sweep is refused in
-a folder that holds a run (or anything else)."""
+a folder that holds a run (or anything else), and the plan read back from
+sweep.yaml is checked as strictly as the command line that wrote it."""
 from __future__ import annotations
 
 import itertools
 import logging
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from srgan.configs import Config, SrganError, load_config
-from srgan.configs.loader import DEFAULT_PRESET, parse_yaml
+from srgan.configs.loader import DEFAULT_PRESET, _show, read_yaml_file
 from srgan.files import write_text
 from srgan.training.run_folder import RUN_FILES
 from srgan.training.runs import summarize
@@ -26,8 +28,13 @@ from srgan.training.signals import TrainingInterrupted
 log = logging.getLogger("srgan")
 
 SWEEP_FILE = "sweep.yaml"
+PLAN_KEYS = ("config", "overrides", "sweep", "variants")
 # What says a folder holds a run (or the start of one).
 RUN_ENTRIES = ("config.yaml", "checkpoints", *RUN_FILES)
+# Far above any grid one trains one variant after another; a tampered plan
+# cannot make the grid (and the configs checked up front) endless.
+MAX_VARIANTS = 1000
+MAX_KEYS = 64
 
 
 @dataclass
@@ -43,11 +50,10 @@ def parse_sweep(items: list[str]) -> list[tuple[str, list[str]]]:
         key, sep, text = item.partition("=")
         key = key.strip()
         values = split_values(text) if sep else []
-        if not key or len(values) < 1 or any(v == "" for v in values):
+        if not key or not values or any(v == "" for v in values):
             raise SrganError(f"--sweep {item!r}: expected KEY=V1,V2[,...], e.g. --sweep train.lr_g=1e-4,1e-3")
-        if key in (k for k, _ in axes):
-            raise SrganError(f"--sweep {key}: given twice; list all its values in one --sweep")
         axes.append((key, values))
+    check_axes(axes, "--sweep")
     return axes
 
 
@@ -67,7 +73,26 @@ def split_values(text: str) -> list[str]:
     return values
 
 
-def variants_of(axes: list[tuple[str, list[str]]]) -> list[Variant]:
+def check_axes(axes: list[tuple[str, list[str]]], where: str) -> None:
+    """What a grid must be, from the command line or read back from a plan."""
+    if not axes:
+        raise SrganError(f"{where}: expected at least one key")
+    if len(axes) > MAX_KEYS:
+        raise SrganError(f"{where}: {len(axes)} keys; a sweep varies at most {MAX_KEYS}")
+    seen = set()
+    for key, _ in axes:
+        if key in seen:
+            raise SrganError(f"{where}: {key} given twice; list all its values once")
+        seen.add(key)
+    count = 1
+    for _, values in axes:
+        count *= len(values)
+        if count > MAX_VARIANTS:  # stop multiplying here: a tampered plan may ask for 10**1000
+            raise SrganError(f"{where}: more than {MAX_VARIANTS:,} variants; a sweep trains at most "
+                             f"{MAX_VARIANTS:,}, one after another")
+
+
+def variants_of(axes: list[tuple[str, list[str]]], where: str = "--sweep") -> list[Variant]:
     """The grid, in order: the last key varies fastest."""
     last = [key.split(".")[-1] for key, _ in axes]  # the last part of the key, unless two swept keys share it
     short = {key: key if last.count(part) > 1 else part for (key, _), part in zip(axes, last)}
@@ -77,7 +102,7 @@ def variants_of(axes: list[tuple[str, list[str]]]) -> list[Variant]:
         name = ",".join(f"{short[key]}={_file_safe(value)}" for key, value in pairs)
         variants.append(Variant(name, [f"{key}={value}" for key, value in pairs]))
     if len({v.name for v in variants}) != len(variants):
-        raise SrganError("--sweep: two variants would share a folder name; give distinct values")
+        raise SrganError(f"{where}: two variants would share a folder name; give distinct values")
     return variants
 
 
@@ -154,18 +179,75 @@ def check_new_sweep_folder(folder: Path) -> None:
 
 
 def read_sweep(folder: Path) -> tuple[Path, str, list[str], list[tuple[str, list[str]]]]:
-    """The plan a sweep folder's sweep.yaml records."""
-    path = Path(folder) / SWEEP_FILE
-    plan = parse_yaml(path.read_text(encoding="utf-8"), str(path))
-    try:
-        axes = [(str(a["key"]), [str(v) for v in a["values"]]) for a in plan["sweep"]]
-        return Path(folder), str(plan["config"]), [str(o) for o in plan["overrides"]], axes
-    except (TypeError, KeyError):
-        raise SrganError(f"{path}: not a sweep plan (config, overrides, sweep)") from None
+    """The plan a sweep folder's sweep.yaml records, checked as the command
+    line that wrote it was: its shape, the grid, the variants' folder names
+    and every variant's config. Each problem is one line naming sweep.yaml."""
+    folder = Path(folder)
+    path = folder / SWEEP_FILE
+
+    def refuse(problem: str) -> SrganError:
+        return SrganError(f"{path}: {problem}")
+
+    def mapping(value, where: str, keys: tuple[str, ...]) -> dict:
+        if not isinstance(value, dict):
+            raise refuse(f"{where}expected a mapping of {', '.join(keys[:-1])} and {keys[-1]}, got {_show(value)}")
+        for key in value:
+            if key not in keys:
+                raise refuse(f"{where}unknown key {key}; expected {', '.join(keys[:-1])} and {keys[-1]}")
+        for key in keys:
+            if key not in value:
+                raise refuse(f"{where}missing {key}; expected {', '.join(keys[:-1])} and {keys[-1]}")
+        return value
+
+    def strings(value, where: str) -> list[str]:
+        if not isinstance(value, list):
+            raise refuse(f"{where}: expected a list, got {_show(value)}")
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise refuse(f"{where}[{i}]: expected a string, got {_show(item)}")
+        return value
+
+    plan = mapping(read_yaml_file(path, "a sweep plan", unique_keys=True), "", PLAN_KEYS)
+    source = plan["config"]
+    if not isinstance(source, str) or not source.strip():
+        raise refuse(f"config: expected a preset name or a YAML path, got {_show(source)}")
+    overrides = strings(plan["overrides"], "overrides")
+    if not isinstance(plan["sweep"], list):
+        raise refuse(f"sweep: expected a list, got {_show(plan['sweep'])}")
+    axes = []
+    for i, axis in enumerate(plan["sweep"]):
+        axis = mapping(axis, f"sweep[{i}]: ", ("key", "values"))
+        key, values = axis["key"], strings(axis["values"], f"sweep[{i}].values")
+        if not isinstance(key, str):
+            raise refuse(f"sweep[{i}].key: expected a string, got {_show(key)}")
+        if not values:
+            raise refuse(f"sweep[{i}].values: expected at least one value")
+        for j, value in enumerate(values):
+            if not value.strip():
+                raise refuse(f"sweep[{i}].values[{j}]: expected a value, got {value!r}")
+        if not key.strip() or "=" in key or split_values(",".join(values)) != values:
+            raise refuse(f"sweep[{i}]: not what --sweep KEY=V1,V2 gives (a key without '=', values without "
+                         "spaces at their ends or commas outside brackets)")
+        axes.append((key, values))
+    check_axes(axes, f"{path}: sweep")
+    variants = variants_of(axes, f"{path}: sweep")
+    names = strings(plan["variants"], "variants")
+    if names != [v.name for v in variants]:
+        raise refuse(f"variants: expected the grid's folder names ({len(variants)}, the first "
+                     f"{variants[0].name!r}), got {len(names)}" + (f", the first {names[0]!r}" if names else ""))
+    try:  # every config, as the plan alone makes it (a --set on the resume is the user's own)
+        load_config(source, overrides)
+        for v in variants:
+            load_config(source, [*overrides, *v.settings, f"train.run_dir={folder / v.name}"])
+    except SrganError as error:
+        raise refuse(str(error)) from None
+    return folder, source, list(overrides), axes
 
 
 def is_sweep(folder: Path) -> bool:
-    return (Path(folder) / SWEEP_FILE).is_file()
+    """Whether `folder` holds a sweep.yaml, of whatever kind: a folder or a
+    FIFO of that name is a broken plan to refuse, not a run to resume."""
+    return os.path.lexists(Path(folder) / SWEEP_FILE)
 
 
 def default_sweep_dir(config: Config) -> Path:

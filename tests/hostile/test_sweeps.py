@@ -1,9 +1,10 @@
 """Sweeps and section values: a sweep never lands in a run folder (nor a run
-in a sweep folder), and a whole section given as a value is merged key by
-key, in `--set` and in `--sweep`."""
+in a sweep folder), a whole section given as a value is merged key by key,
+and a sweep.yaml read back is checked as strictly as when it was written."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -117,3 +118,93 @@ def test_a_swept_section_keeps_the_other_settings_of_the_section(section_sweep):
         assert t["lr_schedule"]["kind"] == demo.train.lr_schedule.kind and t["run_dir"] == str(run)
         assert (config["model"]["blocks"], config["model"]["channels"], config["model"]["d_channels"]) == (2, 8, 8)
         assert config["model"]["residual"] == demo.model.residual
+
+
+# ---- a tampered sweep.yaml -----------------------------------------------------------
+
+
+def edit(change):
+    def apply(plan: dict) -> str:
+        change(plan)
+        return yaml.safe_dump(plan, sort_keys=False)
+    return apply
+
+
+def text(content):
+    return lambda plan: content
+
+
+TAMPERED = {
+    "no values": (edit(lambda p: p["sweep"][0].update(values=[])), "sweep[0].values: expected at least one value"),
+    "no sweep": (edit(lambda p: p.update(sweep=[])), "sweep: expected at least one key"),
+    "a key twice": (edit(lambda p: p["sweep"].append(dict(p["sweep"][0]))), "sweep: train.lr_g given twice"),
+    "a YAML key twice": (lambda p: "config: demo\n" + yaml.safe_dump(p, sort_keys=False),
+                         "line 2: key 'config' given twice"),
+    "no variants": (edit(lambda p: p.pop("variants")), "missing variants"),
+    "an extra key": (edit(lambda p: p.update(extra=1)), "unknown key extra"),
+    "an extra axis key": (edit(lambda p: p["sweep"][0].update(step=1)), "sweep[0]: unknown key step"),
+    "an axis without values": (edit(lambda p: p["sweep"][0].pop("values")), "sweep[0]: missing values"),
+    "a list": (text("- 1\n- 2\n"), "expected a mapping of config, overrides, sweep and variants, got a list"),
+    "empty": (text(""), "expected a mapping of config, overrides, sweep and variants, got null"),
+    "config a number": (edit(lambda p: p.update(config=3)), "config: expected a preset name or a YAML path, got 3"),
+    "config unknown": (edit(lambda p: p.update(config="nope")), "no preset named 'nope'"),
+    "overrides a string": (edit(lambda p: p.update(overrides="x=1")), "overrides: expected a list, got 'x=1'"),
+    "an override a number": (edit(lambda p: p["overrides"].append(1)), "overrides[19]: expected a string, got 1"),
+    "an override wrong": (edit(lambda p: p["overrides"].append("train.epochs=many")),
+                          "train.epochs: expected an integer, got 'many'"),
+    "a value wrong": (edit(lambda p: p.update(sweep=[p["sweep"][0], {"key": "model.blocks", "values": ["999"]}],
+                                              variants=["lr_g=1e-3,blocks=999", "lr_g=2e-3,blocks=999"])),
+                      "model.blocks: expected at most 128"),
+    "sweep a mapping": (edit(lambda p: p.update(sweep={"key": "x"})), "sweep: expected a list, got a mapping"),
+    "an axis a number": (edit(lambda p: p["sweep"].__setitem__(0, 3)),
+                         "sweep[0]: expected a mapping of key and values, got 3"),
+    "a key a number": (edit(lambda p: p["sweep"][0].update(key=3)), "sweep[0].key: expected a string, got 3"),
+    "values numbers": (edit(lambda p: p["sweep"][1].update(values=[2])), "sweep[1].values[0]: expected a string"),
+    "values a string": (edit(lambda p: p["sweep"][1].update(values="2")), "sweep[1].values: expected a list"),
+    "an empty value": (edit(lambda p: p["sweep"][1].update(values=[""])), "sweep[1].values[0]: expected a value"),
+    "variants a string": (edit(lambda p: p.update(variants="a")), "variants: expected a list, got 'a'"),
+    "a variant renamed": (edit(lambda p: p["variants"].__setitem__(0, "../escape")),
+                          "variants: expected the grid's folder names"),
+    "a variant missing": (edit(lambda p: p["variants"].pop()), "variants: expected the grid's folder names"),
+    "a variant added": (edit(lambda p: p["variants"].append("more")), "variants: expected the grid's folder names"),
+    "a huge grid": (edit(lambda p: p.update(sweep=[{"key": f"k{i}", "values": [str(v) for v in range(10)]}
+                                                   for i in range(9)])),
+                    "more than 1,000 variants; a sweep trains at most 1,000"),
+    "a huge file": (lambda p: yaml.safe_dump(p) + "#" * (2 << 20) + "\n", "bytes; a sweep plan is at most 1,048,576"),
+    "not YAML": (text("config: [demo\n"), "line 2"),
+}
+
+
+@pytest.mark.parametrize("case", TAMPERED)
+def test_a_tampered_sweep_plan_is_refused_and_nothing_trains(srgan, plan, tmp_path, case):
+    change, culprit = TAMPERED[case]
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / "sweep.yaml").write_text(change(plan), encoding="utf-8")
+    result = srgan("train", "--resume", folder)
+    assert_refused(result, culprit)
+    assert f"{folder / 'sweep.yaml'}: " in result.stderr.splitlines()[-1]
+    assert [p.name for p in folder.iterdir()] == ["sweep.yaml"]  # nothing trained
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "device"])
+def test_a_sweep_plan_that_is_no_regular_file_is_refused(srgan, tmp_path, kind):
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    plan = folder / "sweep.yaml"
+    if kind == "folder":
+        plan.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(plan)  # reading it would wait forever for a writer
+    else:
+        plan.symlink_to("/dev/zero")  # endless
+    assert_refused(srgan("train", "--resume", folder), f"{plan}: expected a regular file")
+    assert [p.name for p in folder.iterdir()] == ["sweep.yaml"]
+
+
+def test_an_untouched_plan_resumes_and_skips_the_finished_variants(srgan, section_sweep):
+    before = snapshot(section_sweep)
+    result = srgan("train", "--resume", section_sweep)
+    assert result.returncode == 0, result
+    assert result.stderr.count("is finished; skipping it") == 2
+    assert_unchanged(before)
