@@ -8,6 +8,7 @@ a folder that holds a run (or anything else), and the plan read back from
 sweep.yaml is checked as strictly as the command line that wrote it."""
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import os
@@ -35,6 +36,10 @@ RUN_ENTRIES = ("config.yaml", "checkpoints", *RUN_FILES)
 # cannot make the grid (and the configs checked up front) endless.
 MAX_VARIANTS = 1000
 MAX_KEYS = 64
+# A value's part of a folder name, and the name's bytes before its hash
+# suffix: file systems allow 255 bytes a name.
+MAX_VALUE_CHARS = 60
+MAX_NAME_BYTES = 200
 
 
 @dataclass
@@ -99,15 +104,29 @@ def variants_of(axes: list[tuple[str, list[str]]], where: str = "--sweep") -> li
     variants = []
     for values in itertools.product(*(values for _, values in axes)):
         pairs = list(zip((key for key, _ in axes), values))
-        name = ",".join(f"{short[key]}={_file_safe(value)}" for key, value in pairs)
+        name = folder_name([(short[key], value) for key, value in pairs])
         variants.append(Variant(name, [f"{key}={value}" for key, value in pairs]))
     if len({v.name for v in variants}) != len(variants):
         raise SrganError(f"{where}: two variants would share a folder name; give distinct values")
     return variants
 
 
+def folder_name(pairs: list[tuple[str, str]]) -> str:
+    """key=value,... with each value made file-safe and cut to 60 characters.
+    A name with a value cut, or too long for a file system, keeps its first
+    200 bytes and ends with 8 hex digits of the SHA-256 of the whole name:
+    distinct settings keep distinct names, the same settings the same name
+    (a resumed sweep finds its folders)."""
+    whole = ",".join(f"{key}={_file_safe(value)}" for key, value in pairs)
+    name = ",".join(f"{key}={_file_safe(value)[:MAX_VALUE_CHARS]}" for key, value in pairs)
+    if name == whole and len(name.encode()) <= MAX_NAME_BYTES:
+        return name
+    prefix = name.encode()[:MAX_NAME_BYTES].decode("utf-8", errors="ignore")  # whole characters only
+    return f"{prefix}-{hashlib.sha256(whole.encode()).hexdigest()[:8]}"
+
+
 def _file_safe(value: str) -> str:
-    return re.sub(r"[^\w.+\-=\[\],]", "_", value.replace(" ", ""))[:60]
+    return re.sub(r"[^\w.+\-=\[\],]", "_", value.replace(" ", ""))
 
 
 def run_sweep(source: str | None, overrides: list[str], sweep: list[str], resume: Path | None = None) -> list[Path]:

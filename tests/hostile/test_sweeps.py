@@ -1,10 +1,12 @@
 """Sweeps and section values: a sweep never lands in a run folder (nor a run
 in a sweep folder), a whole section given as a value is merged key by key,
-and a sweep.yaml read back is checked as strictly as when it was written."""
+a sweep.yaml read back is checked as strictly as when it was written, and
+variant folder names fit the file system whatever the values."""
 from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 import yaml
@@ -208,3 +210,34 @@ def test_an_untouched_plan_resumes_and_skips_the_finished_variants(srgan, sectio
     assert result.returncode == 0, result
     assert result.stderr.count("is finished; skipping it") == 2
     assert_unchanged(before)
+
+
+# ---- variant folder names --------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:Glyph")  # curves.png's title has no CJK font here
+def test_long_values_give_short_unique_stable_folder_names(srgan, photo_dir, tmp_path):
+    folder = tmp_path / "long"
+    folder.mkdir()  # an empty folder is a fine place for a sweep
+    # a name's first 60 characters are 180 bytes of UTF-8: with the other
+    # settings, the folder names would pass 255 bytes
+    names = ["甲" + "长" * 69, "乙" + "长" * 69]
+    result = srgan("train", *set_args(tiny_overrides(photo_dir, folder)),
+                   "--sweep", "name=" + ",".join(names),
+                   "--sweep", "gan={d_loss: bce, update: retain_graph}",
+                   "--sweep", "loss.perceptual={network: vgg16, layer: relu1_2, weights: none}")
+    assert result.returncode == 0, result
+    plan = yaml.safe_load((folder / "sweep.yaml").read_text())
+    variants = plan["variants"]
+    assert len(set(variants)) == 2
+    for variant, name in zip(variants, names):
+        assert len(variant.encode()) <= 255 and variant.startswith(f"name={name[:60]},gan=_d_loss_"), variant
+        assert re.search(r"-[0-9a-f]{8}$", variant), variant
+        run = folder / variant
+        assert json.loads((run / "run.json").read_text())["state"] == "finished"
+        assert run_config(run)["name"] == name
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == sorted(variants)
+    # the same names on --resume: both found finished
+    again = srgan("train", "--resume", folder)
+    assert again.returncode == 0, again
+    assert again.stderr.count("is finished; skipping it") == 2
