@@ -41,6 +41,10 @@ def train(
             raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
         config = str(resume / "config.yaml")
     resolved = load_config(config, overrides)  # before importing torch: bad keys fail fast
+    run_dir = Path(resolved.train.run_dir) if resume is None and resolved.train.run_dir else None
+    if run_dir is not None and is_sweep(run_dir):  # a run's files among the variants would be neither's
+        raise SrganError(f"train.run_dir: {run_dir} holds a sweep (sweep.yaml); a run needs a folder of its own: "
+                         f"choose another train.run_dir, or continue the sweep with srgan train --resume {run_dir}")
     from srgan.training import TrainingInterrupted
     from srgan.training import train as run_training
 

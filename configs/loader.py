@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
+import stat
 import types
 import typing
 from importlib import resources
@@ -127,12 +129,7 @@ def _read_source(source: str) -> tuple[dict, str, str]:
         path = Path(str(resources.files("srgan.configs") / f"{source}.yaml"))
     if not path.is_file():
         raise SrganError(f"--config: {source}: no such file")
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise SrganError(f"{path}: {path.stat().st_size:,} bytes; a config is at most {MAX_CONFIG_BYTES:,}")
-        raw = parse_yaml(path.read_text(encoding="utf-8"), str(path))
-    except (OSError, UnicodeDecodeError) as error:
-        raise SrganError(f"{path}: cannot be read ({error.__class__.__name__}: {error})") from None
+    raw = read_yaml_file(path, "a config")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -140,10 +137,48 @@ def _read_source(source: str) -> tuple[dict, str, str]:
     return raw, str(path), path.stem
 
 
-def parse_yaml(text: str, origin: str) -> Any:
-    """yaml.safe_load with its failures as one-line errors naming `origin`."""
+def read_yaml_file(path: Path, what: str, unique_keys: bool = False) -> Any:
+    """A YAML file of at most MAX_CONFIG_BYTES that anyone may have edited,
+    parsed (see parse_yaml). Only a regular file is read: a FIFO would wait
+    for a writer forever, a device never ends."""
     try:
-        return yaml.safe_load(text)
+        # O_NONBLOCK: a FIFO opens at once instead of waiting for a writer; fstat then refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise SrganError(f"{path}: expected a regular file ({what}), got {kind}")
+        with os.fdopen(fd, "rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+            size = max(len(data), os.fstat(fd).st_size)
+        if size > MAX_CONFIG_BYTES:
+            raise SrganError(f"{path}: {size:,} bytes; {what} is at most {MAX_CONFIG_BYTES:,}")
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SrganError(f"{path}: cannot be read ({error.__class__.__name__}: {error})") from None
+    return parse_yaml(text, str(path), unique_keys)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (SafeLoader keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.value in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key_node.value!r} given twice",
+                                                            key_node.start_mark)
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str, origin: str, unique_keys: bool = False) -> Any:
+    """yaml.safe_load (refusing a repeated key when asked) with its failures
+    as one-line errors naming `origin`."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader) if unique_keys else yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -171,7 +206,42 @@ def _apply_override(raw: dict, item: str) -> None:
         if not isinstance(child, dict):
             raise SrganError(f"--set {key}: {'.'.join(parts[: depth + 1])} is not a section")
         node = child
-    node[parts[-1]] = value
+    section = _section_type(parts)
+    if section is None:
+        node[parts[-1]] = value
+    elif not isinstance(value, dict):
+        example = dataclasses.fields(section)[0].name
+        raise SrganError(f"--set: {key}: expected a mapping, got {_show(value)}; or set its keys one by one, "
+                         f"e.g. --set {key}.{example}=VALUE")
+    else:
+        # a section given whole changes the keys it names, not the others
+        # (its unknown keys are refused with their dotted path by _build)
+        if not isinstance(node.get(parts[-1]), dict):
+            node[parts[-1]] = {}
+        _merge(node[parts[-1]], value, section)
+
+
+def _section_type(parts: list[str]) -> type | None:
+    """The dataclass of the config section the dotted key names, or None for a value (or an unknown key)."""
+    cls: type = Config
+    for part in parts:
+        hint = typing.get_type_hints(cls).get(part)
+        if not dataclasses.is_dataclass(hint):
+            return None
+        cls = typing.cast(type, hint)
+    return cls
+
+
+def _merge(into: dict, value: dict, section: type) -> None:
+    """`value`'s keys into the section's: subsections key by key, any other
+    value (a mapping-valued setting such as loss.perceptual.layers too) whole."""
+    hints = typing.get_type_hints(section)
+    for key, item in value.items():
+        hint = hints.get(key)
+        if dataclasses.is_dataclass(hint) and isinstance(item, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], item, typing.cast(type, hint))
+        else:
+            into[key] = item
 
 
 def _closest(name: str, options: typing.Iterable[str]) -> str:
@@ -295,6 +365,9 @@ def _check_values(c: Config, origin: str) -> None:
 
     need(c.name.strip() not in ("", ".", "..") and "/" not in c.name and "\\" not in c.name, "name",
          "a non-empty name without '/'", c.name)
+    # the default run folder is runs/<name>-<time>: a file name is at most 255 bytes
+    need(len(c.name.encode("utf-8")) <= 200, "name", "at most 200 bytes (it names the run folder)",
+         c.name[:40] + "...")
     for key, limit in LIMITS.items():
         section, name = key.split(".")
         value = getattr(getattr(c, section), name)

@@ -127,3 +127,16 @@ def test_a_sweep_runs_every_variant_and_resumes_after_an_interrupt(photo_dir, tm
     assert len(table) == 2 + 2 and all("finished" in line and "20/20" in line for line in table[2:])
     steps = [json.loads(line)["step"] for line in second.read_text().splitlines()]
     assert steps == sorted(set(steps)) and steps[-1] == 20  # resumed, no row twice
+
+
+def test_sweep_values_keep_nested_mappings_whole():
+    axes = parse_sweep(["train={lr_g: 1, lr_schedule: {gamma: 0.5}},{lr_g: 2}", "model.blocks=1"])
+    assert axes == [("train", ["{lr_g: 1, lr_schedule: {gamma: 0.5}}", "{lr_g: 2}"]), ("model.blocks", ["1"])]
+
+
+def test_values_cut_short_in_folder_names_still_give_distinct_names():
+    long = "a" * 100
+    names = [v.name for v in variants_of([("name", [long + "1", long + "2"])])]
+    assert names[0] != names[1]  # the first 60 characters are the same: a hash of the whole tells them apart
+    assert all(n.startswith("name=" + "a" * 60 + "-") and len(n) == len("name=") + 60 + 9 for n in names)
+    assert names == [v.name for v in variants_of([("name", [long + "1", long + "2"])])]  # the same every time

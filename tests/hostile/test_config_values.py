@@ -32,6 +32,7 @@ DEEP = "[" * 3000 + "]" * 3000
     ("data.train=a\x00b", "data.train: expected a string without NUL"),
     ("name=..", "name: expected a non-empty name"),
     ("name=a\\b", "name: expected a non-empty name"),
+    ("name=" + "a" * 201, "name: expected at most 200 bytes"),
     ("train=[1, 2]", "train: expected a mapping, got a list"),
     ("train.device=tpu", "train.device: expected auto, cpu, cuda or cuda:K"),
     ("loss.perceptual.layer=pool5", "data.crop_size: expected at least 32 px"),
