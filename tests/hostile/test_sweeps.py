@@ -221,7 +221,7 @@ def test_long_values_give_short_unique_stable_folder_names(srgan, photo_dir, tmp
     folder.mkdir()  # an empty folder is a fine place for a sweep
     # a name's first 60 characters are 180 bytes of UTF-8: with the other
     # settings, the folder names would pass 255 bytes
-    names = ["甲" + "长" * 69, "乙" + "长" * 69]
+    names = ["甲" + "长" * 64, "乙" + "长" * 64]  # 195 bytes: a name is at most 200
     result = srgan("train", *set_args(tiny_overrides(photo_dir, folder)),
                    "--sweep", "name=" + ",".join(names),
                    "--sweep", "gan={d_loss: bce, update: retain_graph}",
