@@ -6,7 +6,10 @@ import re
 from srgan.configs import SrganError
 
 CONFIG_HELP = "A preset name (see `srgan config list`) or a YAML file."
-SET_HELP = "Override one key, e.g. --set train.epochs=5 (repeatable; values are YAML; a mapping given to a section is merged into it key by key)."
+SET_HELP = (
+    "Override one key, e.g. --set train.epochs=5 (repeatable; values are YAML; "
+    "a mapping given to a section is merged into it key by key)."
+)
 DEVICE_HELP = "auto (CUDA when available), cpu, cuda or cuda:K."
 PRECISION_HELP = "auto (bf16 where the device runs it fast, else fp32), fp32, bf16 or fp16 (CUDA only)."
 
