@@ -11,6 +11,13 @@ from srgan.cli.common import CONFIG_HELP, DEVICE_HELP, PRECISION_HELP, SET_HELP
 
 bench_app = typer.Typer(no_args_is_help=True, help="Time the training step and the upscaling path.")
 
+# The generator that `bench upscale` and `bench video` time.
+BenchCheckpoint = Annotated[
+    Path | None,
+    typer.Option("--checkpoint", "-k", help="A trained generator; default: random weights of the config's "
+                 "architecture."),
+]
+
 
 @bench_app.command("train")
 def train(
@@ -103,15 +110,7 @@ def train(
 @bench_app.command("upscale")
 def upscale(
     size: Annotated[str, typer.Option("--size", help="Input size WxH (a real photo resized to it).")] = "512x512",
-    checkpoint: Annotated[
-        Path | None,
-        typer.Option(
-            "--checkpoint",
-            "-k",
-            help="A trained generator; default: "
-            "random weights of the config's architecture.",
-        ),
-    ] = None,
+    checkpoint: BenchCheckpoint = None,
     config: Annotated[str | None, typer.Option("--config", "-c", help=CONFIG_HELP)] = "srgan_x4",
     overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
     iters: Annotated[int, typer.Option("--iters", help="Timed runs (after the warm-up).")] = 3,
@@ -217,15 +216,7 @@ def video(
     ] = "320x240",
     frames: Annotated[int, typer.Option("--frames", help="Frames in the clip (25 fps, with an AAC tone).")] = 24,
     batch: Annotated[int, typer.Option("--batch", help="Frames per forward pass, as srgan upscale --batch.")] = 4,
-    checkpoint: Annotated[
-        Path | None,
-        typer.Option(
-            "--checkpoint",
-            "-k",
-            help="A trained generator; default: "
-            "random weights of the config's architecture.",
-        ),
-    ] = None,
+    checkpoint: BenchCheckpoint = None,
     config: Annotated[str | None, typer.Option("--config", "-c", help=CONFIG_HELP)] = "demo",
     overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
     iters: Annotated[int, typer.Option("--iters", help="Timed rounds (after the warm-up).")] = 2,
