@@ -143,7 +143,7 @@ def upscale_video(
     inference_network's. Returns the paths written; raises SrganError for a
     clip that cannot be decoded or written, leaving no file behind."""
     av = require_av()
-    pad = network.receptive_radius if options.tile_pad is None else options.tile_pad
+    pad = network.default_tile_pad if options.tile_pad is None else options.tile_pad
     targets = video_outputs(target, options.compare)
     with contextlib.ExitStack() as stack:
         temps = [stack.enter_context(temporary_path(t, options.force, inputs=(source,))) for t in targets]

@@ -1,5 +1,6 @@
-"""The networks (SRResNet generator, discriminator), their checkpoints, and
-the device/precision they run in."""
+"""The networks (the generators SRResNet, RRDBNet and SRVGGNetCompact, the
+discriminator), their checkpoints, and the device/precision they run in."""
+from srgan.models.build import build_generator
 from srgan.models.checkpoint import (
     generator_from_checkpoint,
     load_checkpoint,
@@ -14,6 +15,7 @@ __all__ = [
     "Discriminator",
     "Generator",
     "Runtime",
+    "build_generator",
     "generator_from_checkpoint",
     "load_checkpoint",
     "resolve_checkpoint_path",

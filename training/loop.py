@@ -30,8 +30,8 @@ from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.losses import GeneratorCriterion
 from srgan.models import (
     Discriminator,
-    Generator,
     Runtime,
+    build_generator,
     generator_from_checkpoint,
     load_checkpoint,
     resolve_checkpoint_path,
@@ -467,7 +467,7 @@ def shutdown_workers(loader: DataLoader) -> None:
 def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
     """The networks, the criterion and the optimizers a step needs, on the device."""
     t = config.train
-    generator = runtime.place(Generator.from_config(config.model))
+    generator = runtime.place(build_generator(config.model))
     discriminator = runtime.place(Discriminator(config.model.d_channels))
     criterion = runtime.place(GeneratorCriterion(config.loss, config.gan.d_loss))
     if t.compile:
@@ -507,7 +507,7 @@ def describe(epoch: int, epochs: int, row: dict) -> str:
     return f"[{epoch}/{epochs}] " + " ".join(shown)
 
 
-def initialise_generator(generator: Generator, config: Config) -> None:
+def initialise_generator(generator: torch.nn.Module, config: Config) -> None:
     """Start from the generator weights of another run (a trained SRResNet
     before the GAN phase); its architecture must be this run's."""
     path = resolve_checkpoint_path(config.model.init_from)
@@ -516,7 +516,7 @@ def initialise_generator(generator: Generator, config: Config) -> None:
     except SrganError as error:
         raise SrganError(f"model.init_from: {error}") from None
     theirs = checkpoint_config(state).model
-    for key in ("scale", "blocks", "channels", "norm", "residual", "res_scale"):
+    for key in ("arch", "scale", "blocks", "channels", "growth", "norm", "residual", "res_scale"):
         if getattr(theirs, key) != getattr(config.model, key):
             raise SrganError(
                 f"model.init_from: {path} has model.{key} = {getattr(theirs, key)!r}, "
