@@ -31,7 +31,8 @@ def upscale(
         "auto", "--tile", help="Tile side in input pixels; 0 = the whole image at once; auto = sized to free memory.",
     ),
     tile_pad: Optional[int] = typer.Option(
-        None, "--tile-pad", help="Context pixels each tile reads. Default: the generator's receptive radius (no seams).",
+        None, "--tile-pad", help="Context pixels each tile reads. Default: the generator's receptive radius (no seams); "
+        "rrdb: the measured pad that keeps seams below one 8-bit level (docs/tiling.md).",
     ),
     alpha: str = typer.Option("bicubic", "--alpha", help="How alpha is upscaled: bicubic or network."),
     batch: int = typer.Option(4, "--batch", help="Video frames per forward pass (fewer if they do not fit in memory)."),
