@@ -318,7 +318,10 @@ def _check_values(c: Config, origin: str) -> None:
         value = getattr(getattr(c, section), name)
         need(value <= limit, key, f"at most {limit:,} (a limit of srgan's, far above any published model)", value)
     need(c.model.blocks >= 1, "model.blocks", "at least 1", c.model.blocks)
-    # ---- per arch: scales, growth, size ----
+    need(c.model.channels >= 1, "model.channels", "at least 1", c.model.channels)
+    need(c.model.d_channels >= 1, "model.d_channels", "at least 1", c.model.d_channels)
+    need(0 < c.model.res_scale <= 1, "model.res_scale", "a factor in (0, 1]", c.model.res_scale)
+    # The generator by model.arch (schema.ARCH_SCALES; rrdb: its size, from growth too).
     scales = ARCH_SCALES[c.model.arch]
     need(c.model.scale in scales, "model.scale",
          f"{', '.join(map(str, scales[:-1]))} or {scales[-1]} with model.arch {c.model.arch}", c.model.scale)
@@ -328,10 +331,6 @@ def _check_values(c: Config, origin: str) -> None:
         raise SrganError(f"{origin}: model: an {c.model.arch} of {c.model.blocks} blocks x {c.model.channels} "
                          f"channels (growth {c.model.growth}) has {parameters:,} weights, more than srgan's limit "
                          f"of {MAX_GENERATOR_PARAMETERS:,}")
-    # ---- ----
-    need(c.model.channels >= 1, "model.channels", "at least 1", c.model.channels)
-    need(c.model.d_channels >= 1, "model.d_channels", "at least 1", c.model.d_channels)
-    need(0 < c.model.res_scale <= 1, "model.res_scale", "a factor in (0, 1]", c.model.res_scale)
     need(c.data.train != "", "data.train", "a folder or builtin:samples", c.data.train)
     need(c.data.val != "", "data.val", "a folder, builtin:samples or null", c.data.val)
     need(c.data.crop_size >= c.model.scale, "data.crop_size", f"at least model.scale ({c.model.scale})",

@@ -69,6 +69,19 @@ def test_compact_receptive_radius_is_exact():
     assert g.receptive_radius == 4 and dependency_reach(g, 24, 0) == 4
 
 
+@pytest.mark.parametrize("scale, blocks, channels, growth", [(4, 23, 64, 32), (2, 2, 16, 8), (1, 1, 8, 4)])
+def test_the_loaders_rrdb_size_is_the_networks(scale, blocks, channels, growth):
+    """The limit on an rrdb's size is checked before building it, on a count
+    of its weights: that count is the built network's (ESRGAN's: 16,697,987)."""
+    from srgan.configs.loader import generator_parameters
+
+    with torch.device("meta"):
+        g = RRDBNet(scale, blocks, channels, growth)
+    assert generator_parameters("rrdb", scale, blocks, channels, growth) == sum(p.numel() for p in g.parameters())
+    if (scale, blocks, channels, growth) == (4, 23, 64, 32):
+        assert sum(p.numel() for p in g.parameters()) == 16_697_987
+
+
 def test_rrdb_tiles_start_on_unshuffle_groups_and_match_the_whole_image():
     """x1 groups 4x4 input pixels: with tiles aligned to the groups and a pad
     of the receptive radius (76), tiled equals whole; tiles that start
@@ -242,3 +255,20 @@ def test_a_sweep_over_the_three_archs(srgan, photo_dir, tmp_path):
     assert result.returncode == 0, result.stderr
     archs = sorted(type(load_generator(run)).__name__ for run in (tmp_path / "sweep").iterdir() if run.is_dir())
     assert archs == ["Generator", "RRDBNet", "SRVGGNetCompact"]
+
+
+def test_the_tiling_measurement_finds_seams_below_the_radius_and_none_at_it():
+    """bench/tiling.py, the figures behind docs/tiling.md: an interior tile
+    with the receptive radius as pad is the whole image's output (fp32
+    rounding apart); without context it is not."""
+    from srgan.bench.tiling import photo_lr, seam_table, smallest_pad
+
+    torch.manual_seed(0)
+    g = RRDBNet(2, blocks=1, channels=8, growth=4)
+    r = g.receptive_radius
+    rows = seam_table(g, photo_lr(2 * r + 24, 2), 8, [0, r])
+    assert rows[0]["max_diff_8bit"] > 1 and rows[0]["changed_pixels"] > 0
+    assert rows[1]["max_diff_8bit"] < 0.01 and rows[1]["changed_pixels"] == 0
+    assert smallest_pad(rows) == r
+    assert smallest_pad([{"pad": 2, "max_diff_8bit": 0.5}, {"pad": 4, "max_diff_8bit": 1.5},
+                         {"pad": 8, "max_diff_8bit": 0.2}]) == 8  # below from 8 on, not from 2
