@@ -146,6 +146,16 @@ def test_switching_arch_with_set_drops_the_presets_keys_of_another_arch():
     assert load_config("compact_x4", ["model.arch=srresnet"]).model.norm == "batch"
 
 
+def test_the_compact_preset_is_real_esrgans_l1_stage_on_general_x4v3s_network():
+    c = load_config("compact_x4")
+    assert (c.model.arch, c.model.scale, c.model.blocks, c.model.channels) == ("compact", 4, 32, 64)
+    assert (c.loss.image, c.loss.weights.image, c.loss.weights.adversarial, c.loss.weights.perceptual) == \
+        ("l1", 1.0, 0.0, 0.0)
+    assert (c.train.lr_g, c.train.betas, c.train.ema_decay, c.train.max_steps) == (2e-4, [0.9, 0.99], 0.999, 1_000_000)
+    assert (c.data.crop_size, c.data.batch_size) == (256, 12)
+    assert sum(p.numel() for p in build_generator(c.model).parameters()) == 1_213_296
+
+
 @pytest.mark.parametrize("arch", ["srresnet", "rrdb", "compact"])
 def test_a_written_config_holds_its_archs_keys_only_and_loads_again(arch, tmp_path):
     """The dict a run folder and a checkpoint keep (config_to_dict) reloads,

@@ -8,7 +8,7 @@ from srgan.configs.loader import vgg_layer_count
 
 
 def test_presets_are_listed():
-    assert set(preset_names()) >= {"demo", "srresnet_x4", "srgan_x4", "leftthomas_x4"}
+    assert set(preset_names()) >= {"demo", "srresnet_x4", "srgan_x4", "leftthomas_x4", "compact_x4"}
 
 
 def test_no_config_means_demo():
