@@ -135,7 +135,7 @@ class Generator(nn.Module):
     @property
     def default_tile_pad(self) -> int:
         """The context a tile reads unless --tile-pad says otherwise: the
-        receptive radius (37 px for 16 blocks), so tiles are exact."""
+        receptive radius (40 px for 16 blocks), so tiles are exact."""
         return self.receptive_radius
 
 

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 SCALES = (1, 2, 4)
 RESIDUAL_SCALE = 0.2  # ESRGAN's residual scaling (section 3.2)
+# The context a tile reads by default, in body pixels (input pixels at x4;
+# twice and four times as many input pixels at x2 and x1): every network
+# measured in docs/tiling.md stays below one 8-bit level from 4; 32 leaves
+# room for the wider context a fully trained network uses.
+TILE_PAD = 32
 
 
 class ResidualDenseBlock(nn.Module):
@@ -143,12 +148,9 @@ class RRDBNet(nn.Module):
 
     @property
     def default_tile_pad(self) -> int:
-        """The context a tile reads unless --tile-pad says otherwise: measured
-        (docs/tiling.md), not the receptive radius, which would make every
-        tile nearly the whole image."""
-        return TILE_PAD
+        """The context a tile reads unless --tile-pad says otherwise, in
+        input pixels: measured (docs/tiling.md), not the receptive radius,
+        which would make every tile nearly the whole image. The same context
+        on the body's grid at every scale: 32 at x4, 64 at x2, 128 at x1."""
+        return TILE_PAD * self.unshuffle
 
-
-# LR pixels of context that keep tiled and whole-image outputs within one
-# 8-bit level of each other: measured in docs/tiling.md.
-TILE_PAD = 32

@@ -100,6 +100,7 @@ def test_rrdb_tiles_start_on_unshuffle_groups_and_match_the_whole_image():
     pad = g.receptive_radius
     grid = tile_grid(height, width, 50, pad, g.tile_align)
     assert len(grid) == 25
+    assert [RRDBNet(s, 1, 4, 2).default_tile_pad for s in (4, 2, 1)] == [32, 64, 128]  # 32 on the body's grid
     assert all(t.top % 4 == t.left % 4 == t.context_top % 4 == t.context_left % 4 == 0 for t in grid)
     cpu = Runtime(torch.device("cpu"), "fp32")
     whole, tiled, misaligned = (np.empty((height, width, 3), np.float32) for _ in range(3))
