@@ -1,9 +1,9 @@
 """model.arch: rrdb (ESRGAN's RRDBNet) and compact (Real-ESRGAN's
 SRVGGNetCompact) beside srresnet: their shapes and receptive radii, the
 keys a config may name with each, and every command with each (train with
-EMA, resume to the bit, DDP, upscale by tiles, evaluate, compare, video,
+EMA, resume to the bit, upscale by tiles, evaluate, compare, video,
 sweeps, `srgan runs`). Tiny networks: rrdb 1 block x 8 channels, growth 4;
-compact 2 convs x 8 channels."""
+compact 2 convs x 8 channels. DDP with each: tests/test_distributed.py."""
 from __future__ import annotations
 
 import json
@@ -257,25 +257,6 @@ def test_runs_lists_the_arch(arch_run, srgan):
     assert result.returncode == 0, result.stderr
     (row,) = json.loads(result.stdout)
     assert row["changes"]["model.arch"] == arch and row["changes"]["model.channels"] == 8  # against its preset, demo
-
-
-@pytest.mark.parametrize("arch", ["rrdb", "compact"])
-def test_two_ranks_step_as_one_process_on_twice_the_batch(arch, photo_dir, tmp_path):
-    """DDP (2 gloo ranks under torchrun): neither arch has BatchNorm, so the
-    averaged gradients are the whole batch's (generator-only steps)."""
-    from test_distributed import rows, torchrun
-
-    common = [*TINY[arch], "loss.weights.adversarial=0", "train.max_steps=3", "data.repeat=8",
-              "train.lr_schedule.milestones=[]", "train.lr_g=1e-3"]
-    two = tmp_path / "two"
-    done = torchrun("train", *set_args(tiny_overrides(photo_dir, two, *common, "data.batch_size=2")))
-    assert done.returncode == 0, done.stderr[-3000:]
-    one = train(load_config("demo", tiny_overrides(photo_dir, tmp_path / "one", *common, "data.batch_size=4")))
-    a, b = load_checkpoint(two)["generator"], load_checkpoint(one)["generator"]
-    assert type(load_generator(two)) is CLASSES[arch]
-    for name, tensor in a.items():
-        assert torch.allclose(tensor, b[name], atol=1e-5, rtol=1e-4), name
-    assert [r["g_loss"] for r in rows(two)] == pytest.approx([r["g_loss"] for r in rows(one)], rel=1e-4)
 
 
 def test_a_sweep_over_the_three_archs(srgan, photo_dir, tmp_path):
