@@ -1,8 +1,9 @@
 """`make gpu-check` (python -m srgan.bench.gpu_check): the one script to run
 first on a machine with a GPU, under 8 minutes on one. It runs the CUDA
 tests, a short training and its resume, an upscale, `srgan bench train`
-(fp32 deterministic and not, bf16, bf16 + compile), `srgan bench upscale`
-and a 1-rank NCCL job under torchrun, and prints one summary with the
+(fp32 deterministic and not, bf16, bf16 + compile), `srgan bench upscale`,
+ESRGAN's RRDBNet (a run, its resume, a bf16 upscale, its training step at
+the presets' size) and a 1-rank NCCL job under torchrun, and prints one summary with the
 figures docs/performance.md lacks. Without CUDA the CUDA parts are
 skipped, each with its reason, and the parts that run anywhere (the 1-rank
 torchrun job, on gloo) still run."""
@@ -58,12 +59,19 @@ def check_train_and_resume(work: Path) -> dict:
             "images_per_s": rows[-1].get("images_per_s"), "error": again.stderr.strip().splitlines()[-1:]}
 
 
-def check_upscale(work: Path) -> dict:
+def sample_photo(work: Path) -> Path:
+    """scikit-image's astronaut, 512x512, as a PNG in `work` (written once)."""
     import skimage.data
     from PIL import Image
 
     photo = work / "photo.png"
-    Image.fromarray(skimage.data.astronaut()).save(photo)
+    if not photo.is_file():
+        Image.fromarray(skimage.data.astronaut()).save(photo)
+    return photo
+
+
+def check_upscale(work: Path) -> dict:
+    photo = sample_photo(work)
     results = {}
     for precision in ("fp32", "bf16"):
         started = time.perf_counter()
@@ -102,6 +110,36 @@ def check_bench_upscale(work: Path) -> dict:
     return {"ok": all("error" not in f for f in figures.values()), **figures}
 
 
+def check_rrdb(work: Path) -> dict:
+    """ESRGAN's generator (model.arch rrdb): a short run on CUDA, its resume
+    and a tiled bf16 upscale; then the training step at the presets' size
+    (23 blocks x 64 channels, growth 32, 128 px crops, batch 16) in fp32 and
+    bf16, channels_last."""
+    run = work / "rrdb"
+    arch = ["model.arch=rrdb", "model.growth=8"]
+    first = srgan("train", "--config", "demo", *sets([*TINY, *arch, "train.device=cuda", "train.max_steps=20",
+                                                       "train.pretrain_steps=10", f"train.run_dir={run}"]), timeout=240)
+    if first.returncode != 0:
+        return {"ok": False, "error": first.stderr.strip().splitlines()[-1:]}
+    again = srgan("train", "--resume", str(run), "--set", "train.max_steps=30", timeout=240)
+    photo = sample_photo(work)
+    up = srgan("upscale", str(photo), "-k", str(run), "-o", str(work / "up_rrdb.png"), "--device", "cuda",
+               "--precision", "bf16", "--tile", "128", timeout=180)
+    results = {"resume": again.returncode == 0, "upscale bf16": up.returncode == 0}
+    for precision in ("fp32", "bf16"):
+        done = srgan("bench", "train", "--set", "train.device=cuda", "--set", "model.arch=rrdb", "--set",
+                     "model.blocks=23", "--set", "model.channels=64", "--set", f"train.precision={precision}",
+                     "--batch", "16", "--crop", "128", "--iters", "10", "--warmup", "3", "--json", timeout=420)
+        result = last_json(done.stdout)
+        results[f"bench {precision}"] = ({"s_per_step": round(result["median_s_per_step"], 4),
+                                          "images_per_s": round(result["images_per_s"], 1),
+                                          "peak_cuda_mb": result.get("peak_cuda_mb")}
+                                         if result else {"error": done.stderr.strip().splitlines()[-1:]})
+    ok = results["resume"] and results["upscale bf16"] and all("error" not in results[f"bench {p}"]
+                                                                for p in ("fp32", "bf16"))
+    return {"ok": ok, **results, "error": (again.stderr + up.stderr).strip().splitlines()[-1:] if not ok else []}
+
+
 def check_ddp_one_rank(work: Path) -> dict:
     """torchrun with one rank: NCCL on CUDA, gloo without (this part runs anywhere)."""
     run = work / "ddp"
@@ -122,6 +160,7 @@ CHECKS = [
     ("upscale", check_upscale, True),
     ("bench train", check_bench_train, True),
     ("bench upscale", check_bench_upscale, True),
+    ("rrdb", check_rrdb, True),
     ("torchrun, 1 rank", check_ddp_one_rank, False),
 ]
 

@@ -33,6 +33,7 @@ def machine() -> dict:
 def inference_setup(generator, runtime) -> dict:
     """The fields every inference figure names: which network, on what, how."""
     return {
+        "arch": generator.arch,
         "scale": generator.scale,
         "blocks": generator.blocks,
         "channels": generator.channels,

@@ -75,6 +75,7 @@ class StepBench:
             "batch": config.data.batch_size,
             "crop": config.data.crop_size,
             "scale": config.model.scale,
+            "arch": config.model.arch,
             "blocks": config.model.blocks,
             "channels": config.model.channels,
             "perceptual": f"{config.loss.perceptual.network}:{','.join(perceptual_layers(config.loss.perceptual))}",

@@ -56,7 +56,7 @@ def bench_upscale(generator: Generator, runtime: Runtime, width: int, height: in
     network = inference_network(generator, runtime)
     image = test_photo(width, height)
     out_mp = width * height * generator.scale**2 / 1e6
-    pad = generator.receptive_radius
+    pad = generator.default_tile_pad
     tile = auto_tile(generator, runtime, height, width, pad)
     ours = timed(lambda: upscale_pixels(network, image, runtime), iters, warmup, runtime.device)
     result = {

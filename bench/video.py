@@ -77,7 +77,7 @@ def bench_video(generator: Generator, runtime: Runtime, width: int, height: int,
     time the pipeline with the network and the encoder running at once on
     the CPU, rather than in turn (inference/video.py's _Job)."""
     network = inference_network(generator.eval(), runtime)
-    pad = network.receptive_radius
+    pad = network.default_tile_pad
     per_forward, tile = frames_per_forward(network, runtime, height, width, None, pad, batch)
     times: dict[str, list[float]] = {"pipeline": [], "network": [], "decode": [], "encode": []}
     if compare_overlap:

@@ -274,10 +274,10 @@ def frame_size(size: str, example: str) -> tuple[int, int]:
 
 def bench_generator(checkpoint, resolved):
     """The generator to time: a checkpoint's, or random weights (seeded) of the config's architecture."""
-    from srgan.models import Generator
+    from srgan.models import build_generator
     from srgan.models.checkpoint import load_generator
 
     if checkpoint is not None:
         return load_generator(checkpoint)
     torch_seed(resolved.train.seed)
-    return Generator.from_config(resolved.model)
+    return build_generator(resolved.model)

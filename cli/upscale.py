@@ -59,7 +59,8 @@ def upscale(
         int | None,
         typer.Option(
             "--tile-pad",
-            help="Context pixels each tile reads. Default: the generator's receptive radius (no seams).",
+            help="Context pixels each tile reads. Default: the generator's receptive radius (no seams); "
+            "rrdb: the measured pad that keeps seams below one 8-bit level (docs/tiling.md).",
         ),
     ] = None,
     alpha: Annotated[str, typer.Option("--alpha", help="How alpha is upscaled: bicubic or network.")] = "bicubic",

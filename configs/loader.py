@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from srgan.configs.errors import SrganError
-from srgan.configs.schema import Config, PerceptualConfig
+from srgan.configs.schema import ARCH_KEYS, ARCH_SCALES, Config, PerceptualConfig
 
 DEFAULT_PRESET = "demo"
 
@@ -33,12 +33,17 @@ VGG_BLOCKS = {"vgg16": (2, 2, 3, 3, 3), "vgg19": (2, 2, 4, 4, 4)}
 LIMITS = {
     "model.blocks": 128,
     "model.channels": 512,
+    "model.growth": 512,
     "model.d_channels": 256,
     "data.crop_size": 2048,
     "data.batch_size": 4096,
     "data.workers": 256,
     "data.repeat": 1_000_000,
 }
+# An RRDBNet's size grows with blocks x (channels + growth)^2: the limits
+# above allow one of billions of weights, so its count is bounded too, by
+# the largest SRResNet they allow (128 blocks x 512 channels).
+MAX_GENERATOR_PARAMETERS = 610_000_000
 MAX_CONFIG_BYTES = 1 << 20  # a YAML config is a page of text
 MAX_SEED = 2**32 - 1  # NumPy's legacy seed is 32-bit
 
@@ -58,19 +63,54 @@ def load_config(source: str | None = None, overrides: list[str] | tuple[str, ...
         return config
     for item in overrides:
         _apply_override(raw, item)
+    _drop_keys_of_another_arch(raw, overrides)
     return config_from_dict(raw, "--set")
+
+
+def _drop_keys_of_another_arch(raw: dict, overrides: list[str] | tuple[str, ...]) -> None:
+    """`--set model.arch=rrdb` on a preset written for srresnet: the preset's
+    srresnet-only keys (model.norm, ...) became moot, not mistakes of the
+    user's, and are dropped. A key that --set names itself is kept, and
+    refused if it does not apply."""
+    named = {item.partition("=")[0].strip() for item in overrides}
+    model = raw.get("model")
+    if "model.arch" not in named or not isinstance(model, dict):
+        return
+    for key, archs in ARCH_KEYS.items():
+        if key in model and model.get("arch") not in archs and f"model.{key}" not in named:
+            del model[key]
 
 
 def config_from_dict(raw: dict, origin: str = "config") -> Config:
     """Type-check a plain dict (from YAML or a checkpoint) into a `Config`."""
     config = _build(Config, raw, "", origin)
     _one_perceptual_layer_setting(config, raw, origin)
+    _check_arch_keys(config, raw, origin)
     _check_values(config, origin)
     return config
 
 
+def _check_arch_keys(config: Config, raw: dict, origin: str) -> None:
+    """A key the config names must apply to its model.arch. Only the keys
+    named count (the dataclass holds every key, with defaults): the
+    written configs (config_to_dict) leave out those of other archs, so
+    they load again."""
+    arch = config.model.arch
+    for key in raw.get("model") or {}:
+        if key in ARCH_KEYS and arch not in ARCH_KEYS[key]:
+            archs = " and ".join(ARCH_KEYS[key])
+            raise SrganError(f"{origin}: model.{key}: applies to model.arch {archs} only, "
+                             f"not {arch} (leave it out)")
+
+
 def config_to_dict(config: Config) -> dict:
-    return dataclasses.asdict(config)
+    """The config as plain values: the keys of its model.arch only (a key of
+    another arch would be refused when the dict is loaded again)."""
+    values = dataclasses.asdict(config)
+    for key, archs in ARCH_KEYS.items():
+        if config.model.arch not in archs:
+            del values["model"][key]
+    return values
 
 
 def config_to_yaml(config: Config) -> str:
@@ -113,6 +153,17 @@ def vgg_pool_count(network: str, layer: str) -> int:
         if kept <= count:
             pools += 1
     return pools
+
+
+def generator_parameters(arch: str, scale: int, blocks: int, channels: int, growth: int) -> int:
+    """The weights an RRDBNet has (counted from its layers, before building
+    it); 0 for the other archs, which the key limits keep small enough."""
+    if arch != "rrdb":
+        return 0
+    c, g = channels, growth
+    dense = 9 * (c * g + (c + g) * g + (c + 2 * g) * g + (c + 3 * g) * g + (c + 4 * g) * c) + 4 * g + c
+    first = 9 * 3 * (4 // scale) ** 2 * c + c
+    return first + 3 * blocks * dense + 4 * (9 * c * c + c) + 9 * c * 3 + 3
 
 
 def _read_source(source: str) -> tuple[dict, str, str]:
@@ -376,6 +427,16 @@ def _check_values(c: Config, origin: str) -> None:
     need(c.model.channels >= 1, "model.channels", "at least 1", c.model.channels)
     need(c.model.d_channels >= 1, "model.d_channels", "at least 1", c.model.d_channels)
     need(0 < c.model.res_scale <= 1, "model.res_scale", "a factor in (0, 1]", c.model.res_scale)
+    # The generator by model.arch (schema.ARCH_SCALES; rrdb: its size, from growth too).
+    scales = ARCH_SCALES[c.model.arch]
+    need(c.model.scale in scales, "model.scale",
+         f"{', '.join(map(str, scales[:-1]))} or {scales[-1]} with model.arch {c.model.arch}", c.model.scale)
+    need(c.model.growth >= 1, "model.growth", "at least 1", c.model.growth)
+    parameters = generator_parameters(c.model.arch, c.model.scale, c.model.blocks, c.model.channels, c.model.growth)
+    if parameters > MAX_GENERATOR_PARAMETERS:
+        raise SrganError(f"{origin}: model: an {c.model.arch} of {c.model.blocks} blocks x {c.model.channels} "
+                         f"channels (growth {c.model.growth}) has {parameters:,} weights, more than srgan's limit "
+                         f"of {MAX_GENERATOR_PARAMETERS:,}")
     need(c.data.train != "", "data.train", "a folder or builtin:samples", c.data.train)
     need(c.data.val != "", "data.val", "a folder, builtin:samples or null", c.data.val)
     need(c.data.crop_size >= c.model.scale, "data.crop_size", f"at least model.scale ({c.model.scale})",

@@ -9,9 +9,14 @@ from typing import Literal
 
 @dataclass
 class ModelConfig:
-    scale: Literal[2, 4, 8] = 4
-    blocks: int = 16  # residual blocks in the generator
+    # The generator (models/build.py): srresnet, SRGAN's SRResNet (the paper's);
+    # rrdb, ESRGAN's RRDBNet; compact, Real-ESRGAN's SRVGGNetCompact. The keys
+    # only some of them take, and the scales each offers: ARCH_KEYS, ARCH_SCALES.
+    arch: Literal["srresnet", "rrdb", "compact"] = "srresnet"
+    scale: Literal[1, 2, 3, 4, 8] = 4
+    blocks: int = 16  # residual blocks in the generator (rrdb: RRDBs; compact: 3x3 convs)
     channels: int = 64  # feature channels of the generator
+    growth: int = 32  # rrdb: the channels each dense-block conv adds (ESRGAN: 32)
     d_channels: int = 64  # the discriminator's first width (64 .. 8x64 in the paper)
     # batch: BatchNorm in the generator's residual blocks, as the paper's SRResNet;
     # none: without (EDSR, ESRGAN).
@@ -24,6 +29,22 @@ class ModelConfig:
     # A checkpoint (or run folder) whose generator weights start this run,
     # e.g. a trained SRResNet before the GAN phase.
     init_from: str | None = None
+
+
+# The model.* keys that only some architectures have: a config naming one
+# with another arch is refused (configs/loader.py), and the config written
+# into a run folder or checkpoint leaves them out.
+ARCH_KEYS = {
+    "norm": ("srresnet",),
+    "residual": ("srresnet",),
+    "res_scale": ("srresnet",),
+    "icnr": ("srresnet",),
+    "growth": ("rrdb",),
+}
+# srresnet: x2 sub-pixel stages; rrdb: 4x on a body of a quarter of the
+# output's size (the input pixel-unshuffled for x1 and x2); compact: one
+# PixelShuffle of any factor.
+ARCH_SCALES = {"srresnet": (2, 4, 8), "rrdb": (1, 2, 4), "compact": (1, 2, 3, 4, 8)}
 
 
 @dataclass

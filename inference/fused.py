@@ -14,7 +14,7 @@ from srgan.models import Generator
 def fuse_for_inference(generator: Generator) -> Generator:
     """An eval-mode copy computing what `generator` computes in eval mode."""
     g = copy.deepcopy(generator).eval()
-    if g.norm == "batch":
+    if g.arch == "srresnet" and g.norm == "batch":
         for block in g.body:
             block.conv1, block.bn1 = _fused(block.conv1, block.bn1), nn.Identity()
             block.conv2, block.bn2 = _fused(block.conv2, block.bn2), nn.Identity()

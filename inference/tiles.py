@@ -4,7 +4,10 @@ Each tile reads its own cells plus `pad` LR pixels of context on every side
 (clipped at the image border, where the whole-image forward sees the convs'
 zero padding too) and keeps only the output of its own cells. With `pad` at
 least the generator's receptive radius every kept output pixel saw exactly
-the input the whole-image forward would have shown it: no seams. Peak memory
+the input the whole-image forward would have shown it: no seams (the default
+for srresnet and compact; rrdb's radius is hundreds of pixels, and its
+default is the measured pad that keeps seams below one 8-bit level:
+docs/tiling.md). Peak memory
 is set by the tile; the output is a preallocated integer array that each
 tile is converted into as it is pasted.
 """
@@ -49,18 +52,23 @@ class Tile:
     context_right: int
 
 
-def tile_grid(height: int, width: int, tile: int, pad: int) -> list[Tile]:
-    """Near-equal cells of at most `tile` pixels a side covering the image
-    once (0: one cell, the whole image), each with up to `pad` pixels of context."""
+def tile_grid(height: int, width: int, tile: int, pad: int, align: int = 1) -> list[Tile]:
+    """Near-equal cells of about `tile` pixels a side covering the image
+    once (0: one cell, the whole image), each with up to `pad` pixels of
+    context. Cells and contexts start on multiples of `align`: a generator
+    that pixel-unshuffles its input (rrdb x1, x2) then groups a tile's pixels
+    as it groups the whole image's."""
 
     def spans(size: int) -> list[tuple[int, int]]:
         count = 1 if tile <= 0 else math.ceil(size / tile)
-        edges = [round(i * size / count) for i in range(count + 1)]
+        edges = sorted({min(size, align * round(i * size / count / align)) for i in range(count)} | {size})
         return list(zip(edges[:-1], edges[1:], strict=True))
 
+    def start(edge: int) -> int:
+        return max(0, edge - pad) // align * align
+
     return [
-        Tile(top, bottom, left, right,
-             max(0, top - pad), min(height, bottom + pad), max(0, left - pad), min(width, right + pad))
+        Tile(top, bottom, left, right, start(top), min(height, bottom + pad), start(left), min(width, right + pad))
         for top, bottom in spans(height)
         for left, right in spans(width)
     ]
@@ -139,7 +147,8 @@ def upscale_tiled(
         raise ValueError(f"out is {out.shape[:2]}, expected {(height * scale, width * scale)}")
     while True:
         try:
-            _paste_tiles(generator, image, runtime, out, tile_grid(height, width, tile, pad), progress)
+            grid = tile_grid(height, width, tile, pad, generator.tile_align)
+            _paste_tiles(generator, image, runtime, out, grid, progress)
             return
         except torch.cuda.OutOfMemoryError:
             current = min(tile, max(height, width)) if tile > 0 else max(height, width)

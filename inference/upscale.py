@@ -68,10 +68,10 @@ def upscale_files(
     if any(is_video(source) for source in files):
         require_av()  # before any work: a missing extra is a mistake in the command, not in one file
     plan = plan_outputs(files, output, generator.scale, options)
-    pad = generator.receptive_radius if options.tile_pad is None else options.tile_pad
-    if pad < generator.receptive_radius and options.tile != 0:
-        log.warning("--tile-pad %d is below the generator's receptive radius %d: tile seams may show",
-                    pad, generator.receptive_radius)
+    pad = generator.default_tile_pad if options.tile_pad is None else options.tile_pad
+    if pad < generator.default_tile_pad and options.tile != 0:
+        log.warning("--tile-pad %d is below the %s generator's default %d (docs/tiling.md): tile seams may show",
+                    pad, generator.arch, generator.default_tile_pad)
     log.info("upscaling %s x%s, %s", count_label(files), scale_label(generator.scale, options.outscale),
              runtime.describe())
     network = inference_network(generator, runtime)
@@ -156,7 +156,7 @@ def upscale_pixels(
 ) -> np.ndarray:
     """HxWx3 (or HxW grayscale, run as RGB) uint8 or uint16 -> the same kind,
     `scale` times larger. `tile` None: sized from free memory; `pad` None:
-    the receptive radius."""
+    the generator's default (srresnet, compact: the receptive radius)."""
     height, width = pixels.shape[:2]
     values = pixels.astype(np.float32)
     values /= np.iinfo(pixels.dtype).max
@@ -164,7 +164,7 @@ def upscale_pixels(
         image = torch.from_numpy(values).expand(3, height, width)
     else:
         image = torch.from_numpy(values).permute(2, 0, 1)
-    pad = generator.receptive_radius if pad is None else pad
+    pad = generator.default_tile_pad if pad is None else pad
     tile = auto_tile(generator, runtime, height, width, pad) if tile is None else tile
     scale = generator.scale
     out = np.empty((height * scale, width * scale) + pixels.shape[2:], dtype=pixels.dtype)

@@ -97,11 +97,12 @@ def require_av():
 
 def output_size(width: int, height: int, scale: int, outscale: float | None) -> tuple[int, int]:
     """(width, height) of the upscaled frames. yuv420p stores colour per 2x2
-    pixels, so both must be even: the network's scale (2, 4 or 8) always
-    makes them so; an --outscale that does not is rounded down to even."""
-    if outscale is None or outscale == scale:
+    pixels, so both must be even: scales 2, 4 and 8 always make them so; an
+    odd side at x1 or x3, or an --outscale that does not, is rounded down to even."""
+    final = scale if outscale is None else outscale
+    if final == scale and width * scale % 2 == 0 and height * scale % 2 == 0:
         return width * scale, height * scale
-    return max(2, round(width * outscale) // 2 * 2), max(2, round(height * outscale) // 2 * 2)
+    return max(2, round(width * final) // 2 * 2), max(2, round(height * final) // 2 * 2)
 
 
 def frames_per_forward(
@@ -148,7 +149,7 @@ def upscale_video(
     inference_network's. Returns the paths written; raises SrganError for a
     clip that cannot be decoded or written, leaving no file behind."""
     av = require_av()
-    pad = network.receptive_radius if options.tile_pad is None else options.tile_pad
+    pad = network.default_tile_pad if options.tile_pad is None else options.tile_pad
     targets = video_outputs(target, options.compare)
     with contextlib.ExitStack() as stack:
         temps = [stack.enter_context(temporary_path(t, options.force, inputs=(source,))) for t in targets]

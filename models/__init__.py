@@ -1,5 +1,6 @@
-"""The networks (SRResNet generator, discriminators), their checkpoints, and
-the device/precision they run in."""
+"""The networks (the generators SRResNet, RRDBNet and SRVGGNetCompact, the
+discriminators), their checkpoints, and the device/precision they run in."""
+from srgan.models.build import build_generator
 from srgan.models.checkpoint import (
     generator_from_checkpoint,
     load_checkpoint,
@@ -15,6 +16,7 @@ __all__ = [
     "Generator",
     "Runtime",
     "build_discriminator",
+    "build_generator",
     "generator_from_checkpoint",
     "load_checkpoint",
     "resolve_checkpoint_path",

@@ -18,8 +18,8 @@ import torch
 
 from srgan.configs import Config, SrganError, config_from_dict
 from srgan.files import read_torch_file, write_file
+from srgan.models.build import build_generator
 from srgan.models.discriminator import build_discriminator
-from srgan.models.generator import Generator
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
 # What every srgan checkpoint holds (training adds more: schedulers, RNG states, ...).
@@ -56,7 +56,7 @@ def load_checkpoint(path: str | Path, for_resume: bool = True) -> dict[str, Any]
     return state
 
 
-def load_generator(path: str | Path) -> Generator:
+def load_generator(path: str | Path) -> torch.nn.Module:
     """The generator of an srgan checkpoint (file or run folder), or of a bare
     leftthomas/SRGAN generator state dict (its netG_epoch_*.pth files)."""
     path = resolve_checkpoint_path(path)
@@ -78,10 +78,10 @@ def is_srgan_checkpoint(state: Any) -> bool:
     return isinstance(state, dict) and "generator" in state and "config" in state
 
 
-def generator_from_checkpoint(state: dict[str, Any]) -> Generator:
-    """The generator of a checked checkpoint, with its weights (the EMA
-    weights when the run kept them)."""
-    generator = Generator.from_config(checkpoint_config(state).model)
+def generator_from_checkpoint(state: dict[str, Any]) -> torch.nn.Module:
+    """The generator of a checked checkpoint (its config's arch), with its
+    weights (the EMA weights when the run kept them)."""
+    generator = build_generator(checkpoint_config(state).model)
     generator.load_state_dict(state.get("generator_ema") or state["generator"])
     return generator
 
@@ -96,7 +96,7 @@ def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> No
         raise SrganError(f"{origin}: config: expected a mapping, got {type(config).__name__}")
     run_config = config_from_dict(config, f"{origin}: config")  # types and size limits, before building
     with torch.device("meta"):  # shapes only: nothing is allocated
-        generator = Generator.from_config(run_config.model)
+        generator = build_generator(run_config.model)
     check_state_dict(state["generator"], generator, f"{origin}: generator")
     if state.get("generator_ema") is not None:
         check_state_dict(state["generator_ema"], generator, f"{origin}: generator_ema")

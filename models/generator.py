@@ -63,6 +63,9 @@ class Generator(nn.Module):
     of a random kernel (ICNR, Aitken et al. 2017): no checkerboard at the
     start for training to remove."""
 
+    arch = "srresnet"
+    tile_align = 1  # translation-equivariant: a tile may start anywhere
+
     def __init__(self, scale: int = 4, blocks: int = 16, channels: int = 64, norm: str = "batch",
                  residual: str = "none", res_scale: float = 1.0, icnr: bool = False):
         super().__init__()
@@ -130,6 +133,12 @@ class Generator(nn.Module):
         if self.residual == "bicubic":
             worst = max(worst, BicubicUpsample.REACH)
         return worst
+
+    @property
+    def default_tile_pad(self) -> int:
+        """The context a tile reads unless --tile-pad says otherwise: the
+        receptive radius (40 px for 16 blocks), so tiles are exact."""
+        return self.receptive_radius
 
 
 class BicubicUpsample(nn.Module):

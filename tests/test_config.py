@@ -3,21 +3,22 @@ import dataclasses
 import pytest
 import yaml
 
-from srgan.configs import Config, SrganError, config_from_dict, config_to_dict, load_config, preset_names
+from srgan.configs import SrganError, config_from_dict, config_to_dict, load_config, preset_names
 from srgan.configs.loader import vgg_layer_count
 
 
 def test_presets_are_listed():
-    assert set(preset_names()) >= {"demo", "srresnet_x4", "srgan_x4", "leftthomas_x4"}
+    assert set(preset_names()) >= {"demo", "srresnet_x4", "srgan_x4", "leftthomas_x4", "compact_x4"}
 
 
 def test_no_config_means_demo():
     assert load_config(None).name == "demo"
 
 
-@pytest.mark.parametrize("name", ["demo", "srresnet_x4", "srgan_x4", "leftthomas_x4"])
+@pytest.mark.parametrize("name", ["demo", "srresnet_x4", "srgan_x4", "leftthomas_x4", "compact_x4"])
 def test_every_preset_spells_out_every_key(name):
-    """Every choice lives in the YAML: a preset lists each key of the schema."""
+    """Every choice lives in the YAML: a preset lists each key of the schema
+    that applies to its model.arch."""
     from importlib import resources
 
     raw = yaml.safe_load((resources.files("srgan.configs") / f"{name}.yaml").read_text())
@@ -28,7 +29,7 @@ def test_every_preset_spells_out_every_key(name):
             out |= keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
         return out
 
-    assert keys(raw) == keys(config_to_dict(Config()))
+    assert keys(raw) == keys(config_to_dict(load_config(name)))
 
 
 def test_paper_and_leftthomas_settings():
@@ -78,7 +79,7 @@ def test_unknown_key_in_a_file_names_the_file(tmp_path):
     [
         ("train.epochs=many", r"train\.epochs: expected an integer, got 'many'"),
         ("train.lr_g=fast", r"train\.lr_g: expected a number, got 'fast'"),
-        ("model.scale=3", r"model\.scale: expected one of 2, 4, 8, got 3"),
+        ("model.scale=3", r"model\.scale: expected 2, 4 or 8 with model\.arch srresnet, got 3"),
         ("loss.image=l3", r"loss\.image: expected one of mse, l1, got 'l3'"),
         ("data.crop_size=66", r"data\.crop_size: expected a multiple of model\.scale \(4\), got 66"),
         ("loss.perceptual.layer=relu9_9", r"loss\.perceptual\.layer: expected a vgg16 layer"),

@@ -68,12 +68,15 @@ def test_two_ranks_train_one_run_in_step_and_resume_on_one(photo_dir, val_dir, t
     assert load_checkpoint(run)["epoch"] == 3
 
 
-def test_a_two_rank_step_is_a_one_process_step_on_twice_the_batch(photo_dir, tmp_path):
-    """The generator without BatchNorm (model.norm: none), generator-only
-    steps: DDP's averaged gradients are the gradient of the whole batch.
-    With BatchNorm each rank normalises its own share (SyncBatchNorm, CUDA
-    only, would make it the whole batch's), so GAN steps are not compared."""
-    common = ["model.norm=none", "loss.weights.adversarial=0", "train.max_steps=3", "data.repeat=8",
+@pytest.mark.parametrize("generator", [["model.norm=none"], ["model.arch=rrdb", "model.growth=4"],
+                                       ["model.arch=compact", "model.blocks=2"]], ids=["srresnet", "rrdb", "compact"])
+def test_a_two_rank_step_is_a_one_process_step_on_twice_the_batch(photo_dir, tmp_path, generator):
+    """A generator without BatchNorm (srresnet with model.norm: none; rrdb
+    and compact have none), generator-only steps: DDP's averaged gradients
+    are the gradient of the whole batch. With BatchNorm each rank normalises
+    its own share (SyncBatchNorm, CUDA only, would make it the whole
+    batch's), so GAN steps are not compared."""
+    common = [*generator, "loss.weights.adversarial=0", "train.max_steps=3", "data.repeat=8",
               "train.lr_schedule.milestones=[]", "train.lr_g=1e-3"]
     two = tmp_path / "two"
     done = torchrun("train", *set_args(tiny_overrides(photo_dir, two, *common, "data.batch_size=2")))

@@ -200,6 +200,8 @@ def test_output_sizes_are_even_for_yuv420p():
     assert video.output_size(63, 47, 4, None) == (252, 188)
     assert video.output_size(64, 48, 4, 2.5) == (160, 120)
     assert video.output_size(63, 47, 4, 2.3) == (144, 108)  # 144.9 x 108.1: 145 rounded down to even
+    assert video.output_size(63, 47, 3, None) == (188, 140)  # compact x3: 189 x 141 rounded down to even
+    assert video.output_size(63, 48, 1, None) == (62, 48)  # x1 (rrdb, compact)
 
 
 def test_frames_per_forward_keeps_to_the_budget():

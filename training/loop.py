@@ -30,9 +30,9 @@ from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.losses import GeneratorCriterion
 from srgan.models import (
-    Generator,
     Runtime,
     build_discriminator,
+    build_generator,
     generator_from_checkpoint,
     load_checkpoint,
     resolve_checkpoint_path,
@@ -476,7 +476,7 @@ def shutdown_workers(loader: DataLoader) -> None:
 def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
     """The networks, the criterion and the optimizers a step needs, on the device."""
     t = config.train
-    generator = runtime.place(Generator.from_config(config.model))
+    generator = runtime.place(build_generator(config.model))
     discriminator = runtime.place(build_discriminator(config))
     criterion = runtime.place(GeneratorCriterion(config.loss, config.gan.d_loss))
     if t.compile:
@@ -527,7 +527,7 @@ def initialise_generator(generator: nn.Module, config: Config) -> None:
     except SrganError as error:
         raise SrganError(f"model.init_from: {error}") from None
     theirs = checkpoint_config(state).model
-    for key in ("scale", "blocks", "channels", "norm", "residual", "res_scale"):
+    for key in ("arch", "scale", "blocks", "channels", "growth", "norm", "residual", "res_scale"):
         if getattr(theirs, key) != getattr(config.model, key):
             raise SrganError(
                 f"model.init_from: {path} has model.{key} = {getattr(theirs, key)!r}, "

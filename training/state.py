@@ -14,7 +14,7 @@ from srgan.training.ema import GeneratorEMA
 from srgan.training.step import TrainingParts
 
 # Keys of model.* that fix the shapes of the weights.
-ARCHITECTURE_KEYS = ("scale", "blocks", "channels", "d_channels", "norm", "residual", "res_scale")
+ARCHITECTURE_KEYS = ("arch", "scale", "blocks", "channels", "growth", "d_channels", "norm", "residual", "res_scale")
 
 
 @dataclass

@@ -12,8 +12,8 @@ DEEP = "[" * 3000 + "]" * 3000
 
 
 @pytest.mark.parametrize("override, culprit", [
-    ("model.scale=4.0", "model.scale: expected one of 2, 4, 8, got 4.0 (float)"),
-    ("model.scale=true", "model.scale: expected one of 2, 4, 8, got True"),
+    ("model.scale=4.0", "model.scale: expected one of 1, 2, 3, 4, 8, got 4.0 (float)"),
+    ("model.scale=true", "model.scale: expected one of 1, 2, 3, 4, 8, got True"),
     ("train.lr_g=inf", "train.lr_g: expected a finite number"),
     ("train.lr_g=.nan", "train.lr_g: expected a finite number"),
     ("train.lr_d=1e400", "train.lr_d: expected a finite number"),
@@ -48,7 +48,7 @@ def test_bad_values_are_one_line_naming_the_key(srgan, override, culprit):
     (b"model: [1, 2\n", "line 2: expected ',' or ']'"),
     (b"\xff\xfe\x00garbage", "cannot be read"),
     (b"- a\n- b\n", "expected a mapping of config sections, got list"),
-    (b"model: &a\n  scale: *a\n", "model.scale: expected one of 2, 4, 8, got a mapping"),
+    (b"model: &a\n  scale: *a\n", "model.scale: expected one of 1, 2, 3, 4, 8, got a mapping"),
     (b"x: " + DEEP.encode(), "nested too deeply"),
     (b"a: " + b"b" * (2 << 20), "a config is at most"),
     (b"!!python/object/apply:os.system ['touch /tmp/srgan-yaml-pwned']\n", "line 1"),

@@ -104,7 +104,7 @@ MALFORMED = [
     ("a config that is not a mapping", set_path(["config"], [1, 2]), "config: expected a mapping", True),
     ("huge networks claimed", set_path(["config", "model", "blocks"], 10**9), "model.blocks: expected at most 128",
      True),
-    ("a float scale", set_path(["config", "model", "scale"], 4.0), "model.scale: expected one of 2, 4, 8", True),
+    ("a float scale", set_path(["config", "model", "scale"], 4.0), "model.scale: expected one of 1, 2, 3, 4, 8", True),
     ("a missing optimizer", delete("optimizer_g"), "lacks optimizer_g", False),
     ("an optimizer of another network", lambda s: s.__setitem__("optimizer_d", s["optimizer_g"]),
      "optimizer_d: holds", False),

@@ -1,0 +1,67 @@
+"""SRVGGNetCompact, Real-ESRGAN's small fast generator (Wang et al. 2021,
+"Real-ESRGAN", the realesr-animevideov3 and realesr-general-x4v3 models),
+laid out as Real-ESRGAN's `SRVGGNetCompact` so that its weights load with
+`strict=True`:
+
+    body.0, body.1          3x3 conv 3 -> C, PReLU (one slope a channel)
+    body.2k, body.2k+1      `convs` times: 3x3 conv C -> C, PReLU
+    body.2K+2               3x3 conv C -> 3 x scale^2
+    PixelShuffle(scale), plus the nearest-neighbour upscale of the input
+
+Every layer runs at the input's size; only the shuffle makes it larger.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+if TYPE_CHECKING:
+    from srgan.configs.schema import ModelConfig
+
+SCALES = (1, 2, 3, 4, 8)  # any would do; these are the ones srgan's data and configs offer
+
+
+class SRVGGNetCompact(nn.Module):
+    """LR image -> SR image, `scale` times larger: a residual over the
+    nearest-neighbour upscale of the input, not clamped."""
+
+    arch = "compact"
+    tile_align = 1  # translation-equivariant: a tile may start anywhere
+
+    def __init__(self, scale: int = 4, convs: int = 32, channels: int = 64):
+        super().__init__()
+        if scale not in SCALES:
+            raise ValueError(f"compact: scale must be one of {SCALES}, not {scale}")
+        self.scale, self.blocks, self.channels = scale, convs, channels
+        layers: list[nn.Module] = [nn.Conv2d(3, channels, 3, padding=1), nn.PReLU(channels)]
+        for _ in range(convs):
+            layers += [nn.Conv2d(channels, channels, 3, padding=1), nn.PReLU(channels)]
+        layers.append(nn.Conv2d(channels, 3 * scale * scale, 3, padding=1))
+        # A ModuleList, as Real-ESRGAN's (its keys are body.<index>.*)
+        self.body = nn.ModuleList(layers)
+        self.upsampler = nn.PixelShuffle(scale)
+
+    @classmethod
+    def from_config(cls, model: ModelConfig) -> SRVGGNetCompact:
+        return cls(model.scale, model.blocks, model.channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x
+        for layer in self.body:
+            out = layer(out)
+        return self.upsampler(out) + F.interpolate(x, scale_factor=self.scale, mode="nearest")
+
+    @property
+    def receptive_radius(self) -> int:
+        """Input pixels an output pixel reads on each side: one per 3x3 conv
+        (convs + 2 of them), all on the input's grid."""
+        return self.blocks + 2
+
+    @property
+    def default_tile_pad(self) -> int:
+        """The exact context: the receptive radius is small enough (34 px for
+        the preset's 32 convs) that seamless tiles cost little."""
+        return self.receptive_radius
