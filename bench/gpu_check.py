@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -125,7 +126,7 @@ def check_rrdb(work: Path) -> dict:
     photo = sample_photo(work)
     up = srgan("upscale", str(photo), "-k", str(run), "-o", str(work / "up_rrdb.png"), "--device", "cuda",
                "--precision", "bf16", "--tile", "128", timeout=180)
-    results = {"resume": again.returncode == 0, "upscale bf16": up.returncode == 0}
+    results: dict[str, Any] = {"resume": again.returncode == 0, "upscale bf16": up.returncode == 0}
     for precision in ("fp32", "bf16"):
         done = srgan("bench", "train", "--set", "train.device=cuda", "--set", "model.arch=rrdb", "--set",
                      "model.blocks=23", "--set", "model.channels=64", "--set", f"train.precision={precision}",

@@ -25,10 +25,12 @@ import numpy as np
 import torch
 from PIL import Image
 
+from srgan.models import SRGenerator
+
 DEFAULT_PADS = (0, 2, 4, 6, 8, 12, 16, 24, 32, 48)
 
 
-def seam_table(generator: torch.nn.Module, image: torch.Tensor, cell: int, pads: list[int]) -> list[dict]:
+def seam_table(generator: SRGenerator, image: torch.Tensor, cell: int, pads: list[int]) -> list[dict]:
     """Per pad: the largest |tiled - whole| over the central cell's output,
     in 8-bit levels, and the share of its 8-bit pixels that differ."""
     from srgan.inference.tiles import Tile, _paste_tiles
@@ -77,7 +79,7 @@ def photo_lr(size: int, scale: int) -> torch.Tensor:
         hr = load_rgb8(sample_paths(["astronaut"])[0])
         side = min(size * scale, *hr.shape[:2])
         y, x = (hr.shape[0] - side) // 2, (hr.shape[1] - side) // 2
-        lr = Image.fromarray(hr[y:y + side, x:x + side]).resize((size, size), Image.BICUBIC)
+        lr = Image.fromarray(hr[y:y + side, x:x + side]).resize((size, size), Image.Resampling.BICUBIC)
         pixels = np.asarray(lr)
     except Exception:  # no scikit-image: noise (harder on the context than a photo)
         pixels = np.random.default_rng(0).integers(0, 256, (size, size, 3), dtype=np.uint8)

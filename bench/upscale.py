@@ -16,7 +16,7 @@ from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchroni
 from srgan.configs import SrganError
 from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
 from srgan.inference.upscale import check_upscale_memory, inference_network, upscale_pixels
-from srgan.models import Generator, Runtime
+from srgan.models import Runtime, SRGenerator
 
 
 def test_photo(width: int, height: int) -> np.ndarray:
@@ -42,7 +42,7 @@ def timed(fn, iters: int, warmup: int, device: torch.device) -> list[float]:
     return times
 
 
-def bench_upscale(generator: Generator, runtime: Runtime, width: int, height: int, iters: int, warmup: int,
+def bench_upscale(generator: SRGenerator, runtime: Runtime, width: int, height: int, iters: int, warmup: int,
                   baseline: bool = True) -> dict:
     check_upscale_memory("--size", width, height, 1, generator.scale, None)
     available = available_ram()

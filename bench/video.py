@@ -20,7 +20,7 @@ from srgan.bench.upscale import test_photo
 from srgan.inference import video
 from srgan.inference.upscale import UpscaleOptions, inference_network
 from srgan.inference.video import frames_per_forward, require_av, upscale_batch, upscale_video
-from srgan.models import Generator, Runtime
+from srgan.models import Runtime, SRGenerator
 
 SAMPLE_RATE = 22050  # of the test clips' tone
 
@@ -69,7 +69,7 @@ def decode_frames(path: Path) -> list[np.ndarray]:
         return [frame.to_ndarray(format="rgb24") for frame in clip.decode(clip.streams.video[0])]
 
 
-def bench_video(generator: Generator, runtime: Runtime, width: int, height: int, frames: int, batch: int,
+def bench_video(generator: SRGenerator, runtime: Runtime, width: int, height: int, frames: int, batch: int,
                 iters: int, warmup: int, compare_overlap: bool = False) -> dict:
     """Frames/s of upscale_video on a width x height clip of `frames` frames
     (and sound), and of its network alone on the same frames, timed in turn

@@ -14,7 +14,7 @@ from srgan.files import check_output
 from srgan.inference.imageio import write_png
 from srgan.inference.metrics import psnr_y
 from srgan.inference.upscale import upscale_rgb8
-from srgan.models import Generator, Runtime
+from srgan.models import Runtime, SRGenerator
 
 GAP = 8  # white pixels between the panels
 
@@ -39,7 +39,7 @@ def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(row[:-1], axis=1)
 
 
-def compare_picture(generator: Generator, runtime: Runtime, image_path: Path, out_path: Path,
+def compare_picture(generator: SRGenerator, runtime: Runtime, image_path: Path, out_path: Path,
                     force: bool = False) -> dict[str, float]:
     """Write bicubic | SR | original for one HR photo; returns their Y-channel PSNRs."""
     check_output(out_path, force, inputs=(image_path,))  # before the work

@@ -16,7 +16,7 @@ from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.inference.compare import bicubic_upscale, mod_crop
 from srgan.inference.metrics import CONVENTION, psnr_y, ssim_y
 from srgan.inference.upscale import inference_network, upscale_pixels
-from srgan.models import Generator, Runtime
+from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")
 
@@ -34,7 +34,7 @@ def _means(images: list[dict]) -> dict:
     return mean
 
 
-def evaluate_folders(generator: Generator, runtime: Runtime, folders: list[Path]) -> dict:
+def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Path]) -> dict:
     """Scores per image and their means, overall and (for several folders)
     per folder, as the literature reports Set5 and Set14 apart; one image
     in memory at a time. An image file among `folders` is scored alone

@@ -8,17 +8,18 @@ import copy
 from torch import nn
 from torch.nn.utils import fuse_conv_bn_eval
 
-from srgan.models import Generator
+from srgan.models import Generator, SRGenerator
 
 
-def fuse_for_inference(generator: Generator) -> Generator:
+def fuse_for_inference(generator: SRGenerator) -> SRGenerator:
     """An eval-mode copy computing what `generator` computes in eval mode."""
     g = copy.deepcopy(generator).eval()
-    if g.arch == "srresnet" and g.norm == "batch":
+    if isinstance(g, Generator) and g.norm == "batch":  # SRResNet's BatchNorm; rrdb and compact have none
         for block in g.body:
             block.conv1, block.bn1 = _fused(block.conv1, block.bn1), nn.Identity()
             block.conv2, block.bn2 = _fused(block.conv2, block.bn2), nn.Identity()
-        g.body_end = nn.Sequential(_fused(g.body_end[0], g.body_end[1]))
+        conv, bn = g.body_end  # nn.Sequential of the two, when norm is batch
+        g.body_end = nn.Sequential(_fused(conv, bn))
     return g.requires_grad_(False)
 
 

@@ -25,7 +25,7 @@ from numpy.typing import DTypeLike
 from tqdm import tqdm
 
 from srgan.configs.errors import SrganError
-from srgan.models import Generator, Runtime
+from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")
 
@@ -74,7 +74,7 @@ def tile_grid(height: int, width: int, tile: int, pad: int, align: int = 1) -> l
     ]
 
 
-def activation_bytes_per_pixel(generator: Generator, precision: str) -> int:
+def activation_bytes_per_pixel(generator: SRGenerator, precision: str) -> int:
     """Peak bytes of activations per LR pixel in one forward pass. The last x2
     stage dominates: its conv output and the shuffled copy both hold
     `channels` values per output pixel, scale**2 output pixels per LR pixel."""
@@ -102,7 +102,7 @@ def available_ram() -> int | None:
     return None
 
 
-def auto_tile(generator: Generator, runtime: Runtime, height: int, width: int, pad: int) -> int:
+def auto_tile(generator: SRGenerator, runtime: Runtime, height: int, width: int, pad: int) -> int:
     """The largest tile whose forward pass (with its context) fits the memory
     budget; 0 (no tiling) when the whole image fits."""
     per_pixel = activation_bytes_per_pixel(generator, runtime.precision)
@@ -128,7 +128,7 @@ def to_output_pixels(sr: torch.Tensor, dtype: DTypeLike, gray: bool) -> np.ndarr
 
 @torch.inference_mode()
 def upscale_tiled(
-    generator: Generator,
+    generator: SRGenerator,
     image: torch.Tensor,
     runtime: Runtime,
     out: np.ndarray,
@@ -161,7 +161,7 @@ def upscale_tiled(
 
 
 def _paste_tiles(
-    generator: Generator, image: torch.Tensor, runtime: Runtime, out: np.ndarray, grid: list[Tile], progress: str | None
+    generator: SRGenerator, image: torch.Tensor, runtime: Runtime, out: np.ndarray, grid: list[Tile], progress: str | None
 ) -> None:
     scale, gray = generator.scale, out.ndim == 2
     # A bar inside the images' bar moves the cursor with ANSI codes: only on a terminal.

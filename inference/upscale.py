@@ -29,7 +29,7 @@ from srgan.inference.video import (
     upscale_video,
     video_outputs,
 )
-from srgan.models import Generator, Runtime
+from srgan.models import Runtime, SRGenerator
 from srgan.models.runtime import is_out_of_memory
 
 log = logging.getLogger("srgan")
@@ -59,7 +59,7 @@ class UpscaleReport:
 
 
 def upscale_files(
-    generator: Generator, runtime: Runtime, inputs: list[Path], output: Path | None, options: UpscaleOptions
+    generator: SRGenerator, runtime: Runtime, inputs: list[Path], output: Path | None, options: UpscaleOptions
 ) -> UpscaleReport:
     """Upscale every input. Problems with the command (overwrites, name
     clashes) raise SrganError before any work; an image or video that cannot
@@ -123,7 +123,7 @@ def check_upscale_memory(source: Path | str, width: int, height: int, itemsize: 
 
 
 def upscale_picture(
-    generator: Generator, picture: Picture, runtime: Runtime, options: UpscaleOptions, progress: str | None = None
+    generator: SRGenerator, picture: Picture, runtime: Runtime, options: UpscaleOptions, progress: str | None = None
 ) -> Picture:
     """The picture `scale` (or `outscale`) times larger, in kind: the same
     bit depth, grayscale as grayscale, alpha kept."""
@@ -147,7 +147,7 @@ def upscale_picture(
 
 
 def upscale_pixels(
-    generator: Generator,
+    generator: SRGenerator,
     pixels: np.ndarray,
     runtime: Runtime,
     tile: int | None = None,
@@ -172,12 +172,12 @@ def upscale_pixels(
     return out
 
 
-def upscale_rgb8(generator: Generator, image: np.ndarray, runtime: Runtime) -> np.ndarray:
+def upscale_rgb8(generator: SRGenerator, image: np.ndarray, runtime: Runtime) -> np.ndarray:
     """HxWx3 uint8 -> (sH)x(sW)x3 uint8, tiled seamlessly within the memory budget."""
     return upscale_pixels(inference_network(generator, runtime), np.asarray(image, dtype=np.uint8), runtime)
 
 
-def inference_network(generator: Generator, runtime: Runtime) -> Generator:
+def inference_network(generator: SRGenerator, runtime: Runtime) -> SRGenerator:
     """The generator's eval-mode function, rearranged to run faster (see
     inference/fused.py), on the runtime's device and memory format."""
     return runtime.place(fuse_for_inference(generator))

@@ -40,7 +40,7 @@ from srgan.inference.tiles import (
     to_output_pixels,
     upscale_tiled,
 )
-from srgan.models import Generator, Runtime
+from srgan.models import Runtime, SRGenerator
 
 if TYPE_CHECKING:  # upscale.py imports this module; PyAV is optional
     from av.audio.stream import AudioStream
@@ -106,7 +106,7 @@ def output_size(width: int, height: int, scale: int, outscale: float | None) -> 
 
 
 def frames_per_forward(
-    network: Generator, runtime: Runtime, height: int, width: int, tile: int | None, pad: int, batch: int
+    network: SRGenerator, runtime: Runtime, height: int, width: int, tile: int | None, pad: int, batch: int
 ) -> tuple[int, int]:
     """(frames per forward pass, tile side): whole frames, as many of the
     `batch` asked as the memory budget holds; or, when one frame alone is
@@ -123,7 +123,7 @@ def frames_per_forward(
 
 
 @torch.inference_mode()
-def upscale_batch(network: Generator, frames: list[np.ndarray], runtime: Runtime, tile: int, pad: int) -> np.ndarray:
+def upscale_batch(network: SRGenerator, frames: list[np.ndarray], runtime: Runtime, tile: int, pad: int) -> np.ndarray:
     """N HxWx3 uint8 frames of one size -> Nx(sH)x(sW)x3 uint8: one forward
     pass for all of them when `tile` is 0, else each frame tile by tile."""
     images = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float().div_(255)
@@ -142,7 +142,7 @@ def upscale_batch(network: Generator, frames: list[np.ndarray], runtime: Runtime
 
 
 def upscale_video(
-    network: Generator, runtime: Runtime, source: Path, target: Path, options: UpscaleOptions
+    network: SRGenerator, runtime: Runtime, source: Path, target: Path, options: UpscaleOptions
 ) -> list[Path]:
     """Write `target` (and its _compare twin with options.compare): every
     frame of `source` upscaled, its timestamps and sound kept. `network` is
@@ -391,7 +391,7 @@ def _rate(video) -> Fraction:
     return Fraction(rate.numerator, rate.denominator) if rate else Fraction(25)
 
 
-def _upscale_frames(network: Generator, runtime: Runtime, batch: int, tile: int, pad: int, job: _Job,
+def _upscale_frames(network: SRGenerator, runtime: Runtime, batch: int, tile: int, pad: int, job: _Job,
                     bar: tqdm) -> None:
     """The network's thread: frames in batches of `batch`; sound packets
     passed straight on to the encoder."""

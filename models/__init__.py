@@ -1,6 +1,6 @@
 """The networks (the generators SRResNet, RRDBNet and SRVGGNetCompact, the
 discriminators), their checkpoints, and the device/precision they run in."""
-from srgan.models.build import build_generator
+from srgan.models.build import SRGenerator, build_generator
 from srgan.models.checkpoint import (
     generator_from_checkpoint,
     load_checkpoint,
@@ -15,6 +15,7 @@ __all__ = [
     "Discriminator",
     "Generator",
     "Runtime",
+    "SRGenerator",
     "build_discriminator",
     "build_generator",
     "generator_from_checkpoint",

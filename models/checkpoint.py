@@ -18,7 +18,7 @@ import torch
 
 from srgan.configs import Config, SrganError, config_from_dict
 from srgan.files import read_torch_file, write_file
-from srgan.models.build import build_generator
+from srgan.models.build import SRGenerator, build_generator
 from srgan.models.discriminator import build_discriminator
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
@@ -56,7 +56,7 @@ def load_checkpoint(path: str | Path, for_resume: bool = True) -> dict[str, Any]
     return state
 
 
-def load_generator(path: str | Path) -> torch.nn.Module:
+def load_generator(path: str | Path) -> SRGenerator:
     """The generator of an srgan checkpoint (file or run folder), or of a bare
     leftthomas/SRGAN generator state dict (its netG_epoch_*.pth files)."""
     path = resolve_checkpoint_path(path)
@@ -78,7 +78,7 @@ def is_srgan_checkpoint(state: Any) -> bool:
     return isinstance(state, dict) and "generator" in state and "config" in state
 
 
-def generator_from_checkpoint(state: dict[str, Any]) -> torch.nn.Module:
+def generator_from_checkpoint(state: dict[str, Any]) -> SRGenerator:
     """The generator of a checked checkpoint (its config's arch), with its
     weights (the EMA weights when the run kept them)."""
     generator = build_generator(checkpoint_config(state).model)

@@ -52,7 +52,7 @@ class ResidualDenseBlock(nn.Module):
             nn.init.kaiming_normal_(conv.weight)
             with torch.no_grad():
                 conv.weight.mul_(0.1)
-            nn.init.zeros_(conv.bias)
+            nn.init.zeros_(conv.bias)  # type: ignore[arg-type]  # built with bias=True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = [x]

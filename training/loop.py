@@ -31,6 +31,7 @@ from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.losses import GeneratorCriterion
 from srgan.models import (
     Runtime,
+    SRGenerator,
     build_discriminator,
     build_generator,
     generator_from_checkpoint,
@@ -380,10 +381,10 @@ class Trainer:
             save_checkpoint(path, state)
         self.record("running")
 
-    def generator_to_score(self) -> Generator:
+    def generator_to_score(self) -> SRGenerator:
         """What validation, the pictures and upscaling use: the EMA weights when kept."""
         generator = self.ema.model if self.ema else unwrap(self.parts.generator)
-        assert isinstance(generator, Generator)  # the EMA's copy or the network itself
+        assert isinstance(generator, SRGenerator)  # the EMA's copy or the network itself
         return generator
 
     def stop_requested(self, stop: StopSignals, row_due: bool) -> int:

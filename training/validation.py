@@ -12,7 +12,7 @@ from srgan.configs import SrganError
 from srgan.data import FolderImages, PreparedImages, ValImages
 from srgan.inference.metrics import psnr_y, quantize, ssim_y
 from srgan.inference.upscale import inference_network, upscale_pixels
-from srgan.models import Generator, Runtime
+from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")
 
@@ -48,7 +48,7 @@ def checked_validation_set(images: FolderImages | PreparedImages, scale: int,
     return ValImages(images.select(usable), scale, max_size), (float(np.mean(psnrs)), float(np.mean(ssims)))
 
 
-def validate(generator: Generator, images: ValImages, runtime: Runtime,
+def validate(generator: SRGenerator, images: ValImages, runtime: Runtime,
              indices: range | None = None) -> tuple[float, float, int]:
     """Sums of PSNR and SSIM of the generator's output (rounded to 8 bits)
     over the images at `indices` (default: all), and their count; tiled as
