@@ -8,14 +8,14 @@ from srgan.configs.loader import vgg_layer_count
 
 
 def test_presets_are_listed():
-    assert set(preset_names()) >= {"demo", "srresnet_x4", "srgan_x4", "leftthomas_x4", "compact_x4"}
+    assert set(preset_names()) >= {"demo", "srresnet_x4", "srgan_x4", "leftthomas_x4", "compact_x4", "esrgan_x4"}
 
 
 def test_no_config_means_demo():
     assert load_config(None).name == "demo"
 
 
-@pytest.mark.parametrize("name", ["demo", "srresnet_x4", "srgan_x4", "leftthomas_x4", "compact_x4"])
+@pytest.mark.parametrize("name", ["demo", "srresnet_x4", "srgan_x4", "leftthomas_x4", "compact_x4", "esrgan_x4"])
 def test_every_preset_spells_out_every_key(name):
     """Every choice lives in the YAML: a preset lists each key of the schema
     that applies to its model.arch."""
@@ -42,6 +42,17 @@ def test_paper_and_leftthomas_settings():
     assert (lt.model.blocks, lt.data.crop_size, lt.data.batch_size, lt.train.lr_g) == (5, 88, 64, 1e-3)
     assert (lt.loss.perceptual.network, lt.loss.perceptual.layer) == ("vgg16", "pool5")
     assert vgg_layer_count("vgg16", "pool5") == 31  # leftthomas' features[:31]
+
+
+def test_esrgan_settings_are_the_papers():
+    e = load_config("esrgan_x4")
+    assert (e.model.arch, e.model.blocks, e.model.channels, e.model.growth) == ("rrdb", 23, 64, 32)
+    assert (e.data.crop_size, e.data.batch_size, e.gan.discriminator, e.gan.d_loss) == (128, 16, "vgg", "relativistic")
+    w = e.loss.weights
+    assert (e.loss.image, w.image, w.perceptual, w.adversarial) == ("l1", 0.01, 1.0, 0.005)
+    assert (e.loss.perceptual.network, e.loss.perceptual.layer, e.loss.perceptual.criterion) == ("vgg19", "conv5_4", "l1")
+    s = e.train.lr_schedule
+    assert (e.train.lr_g, s.milestones, s.gamma) == (1e-4, [50000, 100000, 200000, 300000], 0.5)
     assert vgg_layer_count("vgg19", "relu5_4") == 36
     w = lt.loss.weights
     assert (w.image, w.adversarial, w.perceptual, w.tv) == (1.0, 0.001, 0.006, 2e-8)
