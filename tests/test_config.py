@@ -42,6 +42,10 @@ def test_paper_and_leftthomas_settings():
     assert (lt.model.blocks, lt.data.crop_size, lt.data.batch_size, lt.train.lr_g) == (5, 88, 64, 1e-3)
     assert (lt.loss.perceptual.network, lt.loss.perceptual.layer) == ("vgg16", "pool5")
     assert vgg_layer_count("vgg16", "pool5") == 31  # leftthomas' features[:31]
+    assert vgg_layer_count("vgg19", "relu5_4") == 36
+    w = lt.loss.weights
+    assert (w.image, w.adversarial, w.perceptual, w.tv) == (1.0, 0.001, 0.006, 2e-8)
+    assert lt.gan.d_loss == "linear"
 
 
 def test_esrgan_settings_are_the_papers():
@@ -50,13 +54,10 @@ def test_esrgan_settings_are_the_papers():
     assert (e.data.crop_size, e.data.batch_size, e.gan.discriminator, e.gan.d_loss) == (128, 16, "vgg", "relativistic")
     w = e.loss.weights
     assert (e.loss.image, w.image, w.perceptual, w.adversarial) == ("l1", 0.01, 1.0, 0.005)
-    assert (e.loss.perceptual.network, e.loss.perceptual.layer, e.loss.perceptual.criterion) == ("vgg19", "conv5_4", "l1")
+    p = e.loss.perceptual
+    assert (p.network, p.layer, p.criterion) == ("vgg19", "conv5_4", "l1")
     s = e.train.lr_schedule
     assert (e.train.lr_g, s.milestones, s.gamma) == (1e-4, [50000, 100000, 200000, 300000], 0.5)
-    assert vgg_layer_count("vgg19", "relu5_4") == 36
-    w = lt.loss.weights
-    assert (w.image, w.adversarial, w.perceptual, w.tv) == (1.0, 0.001, 0.006, 2e-8)
-    assert lt.gan.d_loss == "linear"
 
 
 def test_overrides_are_yaml_scalars():
