@@ -92,7 +92,7 @@ def test_a_section_value_is_merged_key_by_key(srgan):
 
 
 @pytest.mark.parametrize("override, culprit", [
-    ("model=3", "model: expected a mapping, got 3 (int); or set its keys one by one, e.g. --set model.scale="),
+    ("model=3", "model: expected a mapping, got 3 (int); or set its keys one by one, e.g. --set model.arch="),
     ("train.lr_schedule=[1]", "train.lr_schedule: expected a mapping, got a list"),
     ("model=null", "model: expected a mapping, got null"),
     ("model={blokcs: 1}", "unknown key model.blokcs (did you mean 'blocks'?)"),
