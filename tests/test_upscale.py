@@ -120,6 +120,7 @@ class OutOfMemoryAbove(torch.nn.Module):
         super().__init__()
         self.generator, self.pixels, self.inputs = generator, pixels, []
         self.scale, self.receptive_radius = generator.scale, generator.receptive_radius
+        self.arch, self.default_tile_pad, self.tile_align = generator.arch, generator.default_tile_pad, generator.tile_align
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.inputs.append(tuple(x.shape[-2:]))
