@@ -109,14 +109,13 @@ def check_yardstick_shapes(path: Path, config: Config) -> bool:
     p = config.loss.perceptual
     layers = perceptual_layers(p)
     if esrgan:
-        # RRDBNet, 64 features, growth 32: the generator's own settings are part 1's (model.arch) to check
-        shape = (config.model.channels, config.model.d_channels, p.network, list(layers), p.criterion)
-        wanted = (64, 64, "vgg19", ["conv5_4"], "l1")
-        if shape != wanted:
+        m = config.model
+        shape = (m.arch, m.channels, m.growth, m.d_channels, p.network, list(layers), p.criterion)
+        if shape != ("rrdb", 64, 32, 64, "vgg19", ["conv5_4"], "l1"):
             raise SrganError(
-                "--yardstick: its step has 64 channels, d_channels 64 and an L1 perceptual loss on VGG19 conv5_4; "
-                f"this config has {shape[0]} channels, d_channels {shape[1]}, {p.criterion} on {p.network} "
-                f"{', '.join(layers)}")
+                "--yardstick: its step has an rrdb generator of 64 channels and growth 32, d_channels 64 and an L1 "
+                f"perceptual loss on VGG19 conv5_4; this config has {m.arch}, {m.channels} channels, growth "
+                f"{m.growth}, d_channels {m.d_channels}, {p.criterion} on {p.network} {', '.join(layers)}")
         return True
     srgan_shape = (config.model.blocks, config.model.channels, config.model.d_channels, p.network, list(layers))
     if srgan_shape != (16, 64, 64, "vgg16", ["pool5"]):

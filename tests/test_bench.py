@@ -81,7 +81,8 @@ def test_bench_compares_retain_graph_with_detach_in_one_run():
     assert figures["retain_over_detach"] == figures["median_s_per_step"] / figures["detach_median_s_per_step"]
 
 
-ESRGAN_STEP = ["gan.discriminator=vgg", "gan.d_loss=relativistic", "model.channels=64", "model.d_channels=64",
+ESRGAN_STEP = ["model.arch=rrdb", "model.growth=32",
+               "gan.discriminator=vgg", "gan.d_loss=relativistic", "model.channels=64", "model.d_channels=64",
                "loss.perceptual.network=vgg19", "loss.perceptual.layer=conv5_4", "loss.perceptual.criterion=l1",
                "train.precision=fp32", "train.device=cpu"]
 YARDSTICK_ESRGAN = Path(__file__).resolve().parents[2] / "shared" / "bench" / "yardstick_esrgan.py"
