@@ -2,6 +2,7 @@
 DataLoader (crops per second, per worker) and what memory every process of
 it holds; and `srgan bench photos`: DIV2K-like photos to measure it on when
 no real set is at hand."""
+
 from __future__ import annotations
 
 import io
@@ -33,8 +34,15 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     images = open_images(d.train, "data.train", d.crop_size, d.cache_mb)
     dataset = TrainPairs(images, d.crop_size, config.model.scale, d.repeat, config.train.seed)
     sampler = EpochSampler(len(dataset), d.batch_size, config.train.seed)
-    loader = DataLoader(dataset, batch_size=d.batch_size, sampler=sampler, num_workers=d.workers,
-                        persistent_workers=d.workers > 0, worker_init_fn=ignore_interrupts_in_worker, drop_last=True)
+    loader = DataLoader(
+        dataset,
+        batch_size=d.batch_size,
+        sampler=sampler,
+        num_workers=d.workers,
+        persistent_workers=d.workers > 0,
+        worker_init_fn=ignore_interrupts_in_worker,
+        drop_last=True,
+    )
     setup_s = time.perf_counter() - started
     times: list[float] = []
     peaks = {"rss": 0.0, "pss": 0.0, "main_private": 0.0, "worker_private": 0.0}
@@ -54,9 +62,17 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     finally:
         shutdown_workers(loader)
     timed = times[warmup:]
-    kind = "prepared" if isinstance(images, PreparedImages) else (
-        "folder-cached" if images.cached == len(images) else
-        "folder-uncached" if not images.cached else "folder-partly-cached")
+    kind = (
+        "prepared"
+        if isinstance(images, PreparedImages)
+        else (
+            "folder-cached"
+            if images.cached == len(images)
+            else "folder-uncached"
+            if not images.cached
+            else "folder-partly-cached"
+        )
+    )
     crops_per_s = d.batch_size * len(timed) / sum(timed)
     return {
         "bench": "data",
@@ -140,7 +156,7 @@ def make_photos(folder: Path, count: int, width: int, height: int, force: bool =
         h, w = photo.shape[:2]
         ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
         top, left = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
-        part = photo[top:top + ch, left:left + cw]
+        part = photo[top : top + ch, left : left + cw]
         if n % 2:
             part = part[:, ::-1]
         big = np.asarray(Image.fromarray(np.ascontiguousarray(part)).resize((width, height), Image.Resampling.LANCZOS))

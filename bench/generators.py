@@ -6,6 +6,7 @@ them alike. Random weights (the time does not depend on them).
 
     python -m srgan.bench.generators --precision fp32 --iters 10
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,14 +59,33 @@ def main(argv: list[str] | None = None) -> int:
                 synchronize(device)
                 if i >= args.warmup:
                     times[label].append(time.perf_counter() - started)
-    rows = [{"generator": label, "parameters": count, "min_ms": round(1000 * min(times[label]), 1),
-             "median_ms": round(1000 * statistics.median(times[label]), 1)} for label, (count, _) in networks.items()]
+    rows = [
+        {
+            "generator": label,
+            "parameters": count,
+            "min_ms": round(1000 * min(times[label]), 1),
+            "median_ms": round(1000 * statistics.median(times[label]), 1),
+        }
+        for label, (count, _) in networks.items()
+    ]
     if args.json:
-        print(json.dumps({"bench": "generators", "precision": args.precision, "size": args.size, "iters": args.iters,
-                          "rows": rows, **machine()}))
+        print(
+            json.dumps(
+                {
+                    "bench": "generators",
+                    "precision": args.precision,
+                    "size": args.size,
+                    "iters": args.iters,
+                    "rows": rows,
+                    **machine(),
+                }
+            )
+        )
         return 0
-    print(f"one {args.size}x{args.size} LR tile, x4, {args.device} {args.precision}, {args.iters} runs each, "
-          f"taken in turn ({machine()})")
+    print(
+        f"one {args.size}x{args.size} LR tile, x4, {args.device} {args.precision}, {args.iters} runs each, "
+        f"taken in turn ({machine()})"
+    )
     print(f"{'generator':<16} {'parameters':>12} {'min ms':>9} {'median ms':>10}")
     for row in rows:
         print(f"{row['generator']:<16} {row['parameters']:>12,} {row['min_ms']:>9} {row['median_ms']:>10}")

@@ -7,6 +7,7 @@ the presets' size) and a 1-rank NCCL job under torchrun, and prints one summary 
 figures docs/performance.md lacks. Without CUDA the CUDA parts are
 skipped, each with its reason, and the parts that run anywhere (the 1-rank
 torchrun job, on gloo) still run."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,13 +23,27 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout (an editable install)
-TINY = ["model.blocks=2", "model.channels=16", "model.d_channels=16", "data.crop_size=64", "data.batch_size=8",
-        "data.val=null", "data.workers=2", "loss.perceptual.weights=none", "train.log_every=5"]
+TINY = [
+    "model.blocks=2",
+    "model.channels=16",
+    "model.d_channels=16",
+    "data.crop_size=64",
+    "data.batch_size=8",
+    "data.val=null",
+    "data.workers=2",
+    "loss.perceptual.weights=none",
+    "train.log_every=5",
+]
 
 
 def srgan(*args: str, timeout: int, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "srgan.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "srgan.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def sets(values: list[str]) -> list[str]:
@@ -41,8 +56,23 @@ def last_json(text: str) -> dict:
 
 
 def check_cuda_tests(work: Path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", str(ROOT / "tests" / "test_cuda.py"),
-                           "-p", "no:cacheprovider"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "cuda",
+            str(ROOT / "tests" / "test_cuda.py"),
+            "-p",
+            "no:cacheprovider",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     summary = (done.stdout.strip().splitlines() or ["no output"])[-1]
     return {"ok": done.returncode == 0, "summary": summary}
 
@@ -50,14 +80,23 @@ def check_cuda_tests(work: Path) -> dict:
 def check_train_and_resume(work: Path) -> dict:
     run = work / "run"
     started = time.perf_counter()
-    first = srgan("train", "--config", "demo", *sets([*TINY, "train.device=cuda", "train.max_steps=40",
-                                                       "train.pretrain_steps=20", f"train.run_dir={run}"]), timeout=240)
+    first = srgan(
+        "train",
+        "--config",
+        "demo",
+        *sets([*TINY, "train.device=cuda", "train.max_steps=40", "train.pretrain_steps=20", f"train.run_dir={run}"]),
+        timeout=240,
+    )
     if first.returncode != 0:
         return {"ok": False, "error": first.stderr.strip().splitlines()[-1:]}
     again = srgan("train", "--resume", str(run), "--set", "train.max_steps=60", timeout=240)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return {"ok": again.returncode == 0 and rows[-1]["step"] == 60, "seconds": round(time.perf_counter() - started, 1),
-            "images_per_s": rows[-1].get("images_per_s"), "error": again.stderr.strip().splitlines()[-1:]}
+    return {
+        "ok": again.returncode == 0 and rows[-1]["step"] == 60,
+        "seconds": round(time.perf_counter() - started, 1),
+        "images_per_s": rows[-1].get("images_per_s"),
+        "error": again.stderr.strip().splitlines()[-1:],
+    }
 
 
 def sample_photo(work: Path) -> Path:
@@ -76,8 +115,19 @@ def check_upscale(work: Path) -> dict:
     results = {}
     for precision in ("fp32", "bf16"):
         started = time.perf_counter()
-        done = srgan("upscale", str(photo), "-k", str(work / "run"), "-o", str(work / f"up_{precision}.png"),
-                     "--device", "cuda", "--precision", precision, timeout=180)
+        done = srgan(
+            "upscale",
+            str(photo),
+            "-k",
+            str(work / "run"),
+            "-o",
+            str(work / f"up_{precision}.png"),
+            "--device",
+            "cuda",
+            "--precision",
+            precision,
+            timeout=180,
+        )
         results[precision] = {"ok": done.returncode == 0, "seconds": round(time.perf_counter() - started, 1)}
     return {"ok": all(r["ok"] for r in results.values()), **results}
 
@@ -86,28 +136,70 @@ def check_bench_train(work: Path) -> dict:
     figures = {}
     # fp32 with deterministic=false beside fp32 (deterministic, the default) is
     # what train.deterministic costs on CUDA (cuDNN's autotuner off, cuBLAS's fixed workspace).
-    for label, extra in (("fp32", ["train.precision=fp32"]),
-                         ("fp32 nondeterministic", ["train.precision=fp32", "train.deterministic=false"]),
-                         ("bf16", ["train.precision=bf16"]),
-                         ("bf16+compile", ["train.precision=bf16", "train.compile=true"])):
-        done = srgan("bench", "train", "--set", "train.device=cuda", "--set", "model.blocks=16", "--batch", "16",
-                     "--crop", "96", "--iters", "20", "--warmup", "3", "--json", *sets(extra), timeout=420)
+    for label, extra in (
+        ("fp32", ["train.precision=fp32"]),
+        ("fp32 nondeterministic", ["train.precision=fp32", "train.deterministic=false"]),
+        ("bf16", ["train.precision=bf16"]),
+        ("bf16+compile", ["train.precision=bf16", "train.compile=true"]),
+    ):
+        done = srgan(
+            "bench",
+            "train",
+            "--set",
+            "train.device=cuda",
+            "--set",
+            "model.blocks=16",
+            "--batch",
+            "16",
+            "--crop",
+            "96",
+            "--iters",
+            "20",
+            "--warmup",
+            "3",
+            "--json",
+            *sets(extra),
+            timeout=420,
+        )
         result = last_json(done.stdout)
-        figures[label] = ({"s_per_step": round(result["median_s_per_step"], 4),
-                           "images_per_s": round(result["images_per_s"], 1), "peak_cuda_mb": result.get("peak_cuda_mb")}
-                          if result else {"error": done.stderr.strip().splitlines()[-1:]})
+        figures[label] = (
+            {
+                "s_per_step": round(result["median_s_per_step"], 4),
+                "images_per_s": round(result["images_per_s"], 1),
+                "peak_cuda_mb": result.get("peak_cuda_mb"),
+            }
+            if result
+            else {"error": done.stderr.strip().splitlines()[-1:]}
+        )
     return {"ok": all("error" not in f for f in figures.values()), **figures}
 
 
 def check_bench_upscale(work: Path) -> dict:
     figures = {}
     for precision in ("fp32", "bf16"):
-        done = srgan("bench", "upscale", "--device", "cuda", "--precision", precision, "--size", "1024x1024",
-                     "--iters", "5", "--json", timeout=300)
+        done = srgan(
+            "bench",
+            "upscale",
+            "--device",
+            "cuda",
+            "--precision",
+            precision,
+            "--size",
+            "1024x1024",
+            "--iters",
+            "5",
+            "--json",
+            timeout=300,
+        )
         result = last_json(done.stdout)
-        figures[precision] = ({"output_mp_per_s": round(result["output_mp_per_s"], 2),
-                               "speedup_over_plain_fp32": round(result["speedup"], 2)}
-                              if result else {"error": done.stderr.strip().splitlines()[-1:]})
+        figures[precision] = (
+            {
+                "output_mp_per_s": round(result["output_mp_per_s"], 2),
+                "speedup_over_plain_fp32": round(result["speedup"], 2),
+            }
+            if result
+            else {"error": done.stderr.strip().splitlines()[-1:]}
+        )
     return {"ok": all("error" not in f for f in figures.values()), **figures}
 
 
@@ -118,26 +210,75 @@ def check_rrdb(work: Path) -> dict:
     bf16, channels_last."""
     run = work / "rrdb"
     arch = ["model.arch=rrdb", "model.growth=8"]
-    first = srgan("train", "--config", "demo", *sets([*TINY, *arch, "train.device=cuda", "train.max_steps=20",
-                                                       "train.pretrain_steps=10", f"train.run_dir={run}"]), timeout=240)
+    first = srgan(
+        "train",
+        "--config",
+        "demo",
+        *sets(
+            [*TINY, *arch, "train.device=cuda", "train.max_steps=20", "train.pretrain_steps=10", f"train.run_dir={run}"]
+        ),
+        timeout=240,
+    )
     if first.returncode != 0:
         return {"ok": False, "error": first.stderr.strip().splitlines()[-1:]}
     again = srgan("train", "--resume", str(run), "--set", "train.max_steps=30", timeout=240)
     photo = sample_photo(work)
-    up = srgan("upscale", str(photo), "-k", str(run), "-o", str(work / "up_rrdb.png"), "--device", "cuda",
-               "--precision", "bf16", "--tile", "128", timeout=180)
+    up = srgan(
+        "upscale",
+        str(photo),
+        "-k",
+        str(run),
+        "-o",
+        str(work / "up_rrdb.png"),
+        "--device",
+        "cuda",
+        "--precision",
+        "bf16",
+        "--tile",
+        "128",
+        timeout=180,
+    )
     results: dict[str, Any] = {"resume": again.returncode == 0, "upscale bf16": up.returncode == 0}
     for precision in ("fp32", "bf16"):
-        done = srgan("bench", "train", "--set", "train.device=cuda", "--set", "model.arch=rrdb", "--set",
-                     "model.blocks=23", "--set", "model.channels=64", "--set", f"train.precision={precision}",
-                     "--batch", "16", "--crop", "128", "--iters", "10", "--warmup", "3", "--json", timeout=420)
+        done = srgan(
+            "bench",
+            "train",
+            "--set",
+            "train.device=cuda",
+            "--set",
+            "model.arch=rrdb",
+            "--set",
+            "model.blocks=23",
+            "--set",
+            "model.channels=64",
+            "--set",
+            f"train.precision={precision}",
+            "--batch",
+            "16",
+            "--crop",
+            "128",
+            "--iters",
+            "10",
+            "--warmup",
+            "3",
+            "--json",
+            timeout=420,
+        )
         result = last_json(done.stdout)
-        results[f"bench {precision}"] = ({"s_per_step": round(result["median_s_per_step"], 4),
-                                          "images_per_s": round(result["images_per_s"], 1),
-                                          "peak_cuda_mb": result.get("peak_cuda_mb")}
-                                         if result else {"error": done.stderr.strip().splitlines()[-1:]})
-    ok = results["resume"] and results["upscale bf16"] and all("error" not in results[f"bench {p}"]
-                                                                for p in ("fp32", "bf16"))
+        results[f"bench {precision}"] = (
+            {
+                "s_per_step": round(result["median_s_per_step"], 4),
+                "images_per_s": round(result["images_per_s"], 1),
+                "peak_cuda_mb": result.get("peak_cuda_mb"),
+            }
+            if result
+            else {"error": done.stderr.strip().splitlines()[-1:]}
+        )
+    ok = (
+        results["resume"]
+        and results["upscale bf16"]
+        and all("error" not in results[f"bench {p}"] for p in ("fp32", "bf16"))
+    )
     return {"ok": ok, **results, "error": (again.stderr + up.stderr).strip().splitlines()[-1:] if not ok else []}
 
 
@@ -146,13 +287,40 @@ def check_ddp_one_rank(work: Path) -> dict:
     run = work / "ddp"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "-m", "srgan.cli",
-         "train", "--config", "demo", *sets([*TINY, f"train.device={device}", "train.max_steps=10",
-                                               "train.pretrain_steps=5", "data.workers=0", f"train.run_dir={run}"])],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "1",
+            "-m",
+            "srgan.cli",
+            "train",
+            "--config",
+            "demo",
+            *sets(
+                [
+                    *TINY,
+                    f"train.device={device}",
+                    "train.max_steps=10",
+                    "train.pretrain_steps=5",
+                    "data.workers=0",
+                    f"train.run_dir={run}",
+                ]
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     ok = done.returncode == 0 and (run / "checkpoints" / "last.pt").is_file()
-    return {"ok": ok, "backend": "nccl" if device == "cuda" else "gloo",
-            "error": [] if ok else done.stderr.strip().splitlines()[-3:]}
+    return {
+        "ok": ok,
+        "backend": "nccl" if device == "cuda" else "gloo",
+        "error": [] if ok else done.stderr.strip().splitlines()[-3:],
+    }
 
 
 CHECKS = [
@@ -172,8 +340,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     checks: dict[str, dict] = {}
-    summary = {"cuda": cuda, "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__,
-               "checks": checks}
+    summary = {
+        "cuda": cuda,
+        "gpu": torch.cuda.get_device_name() if cuda else None,
+        "torch": torch.__version__,
+        "checks": checks,
+    }
     with tempfile.TemporaryDirectory(prefix="srgan-gpu-check-") as folder:
         for name, check, needs_cuda in CHECKS:
             if needs_cuda and not cuda:

@@ -1,4 +1,5 @@
 """What a figure was measured on: threads, CPU bf16 units, GPU, peak memory."""
+
 from __future__ import annotations
 
 import platform

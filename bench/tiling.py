@@ -14,6 +14,7 @@ largest difference in 8-bit levels (1 = 1/255) and the share of the cell's
 cell at the border reads the image's edge on that side, as the whole image
 does. fp32 on the CPU; any seam larger than fp32 rounding comes from the
 missing context."""
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,16 @@ def seam_table(generator: SRGenerator, image: torch.Tensor, cell: int, pads: lis
     rows, out = [], np.empty_like(whole)
     region = (slice(scale * top, scale * (top + cell)), slice(scale * left, scale * (left + cell)))
     for pad in pads:
-        tile = Tile(top, top + cell, left, left + cell, max(0, top - pad) // align * align,
-                    min(height, top + cell + pad), max(0, left - pad) // align * align, min(width, left + cell + pad))
+        tile = Tile(
+            top,
+            top + cell,
+            left,
+            left + cell,
+            max(0, top - pad) // align * align,
+            min(height, top + cell + pad),
+            max(0, left - pad) // align * align,
+            min(width, left + cell + pad),
+        )
         with torch.inference_mode():
             _paste_tiles(generator, image, runtime, out, [tile], None)
         diff = np.abs(out[region] - whole[region]).max() * 255
@@ -79,7 +88,7 @@ def photo_lr(size: int, scale: int) -> torch.Tensor:
         hr = load_rgb8(sample_paths(["astronaut"])[0])
         side = min(size * scale, *hr.shape[:2])
         y, x = (hr.shape[0] - side) // 2, (hr.shape[1] - side) // 2
-        lr = Image.fromarray(hr[y:y + side, x:x + side]).resize((size, size), Image.Resampling.BICUBIC)
+        lr = Image.fromarray(hr[y : y + side, x : x + side]).resize((size, size), Image.Resampling.BICUBIC)
         pixels = np.asarray(lr)
     except Exception:  # no scikit-image: noise (harder on the context than a photo)
         pixels = np.random.default_rng(0).integers(0, 256, (size, size, 3), dtype=np.uint8)
@@ -116,17 +125,29 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     rows = seam_table(generator, photo_lr(args.size, generator.scale), args.cell, pads)
     result = {
-        "bench": "tiling", "arch": generator.arch, "scale": generator.scale, "blocks": generator.blocks,
-        "channels": generator.channels, "growth": getattr(generator, "growth", None), "weights": source,
-        "receptive_radius": generator.receptive_radius, "default_tile_pad": generator.default_tile_pad,
-        "size": args.size, "cell": args.cell, "rows": rows, "pad_below_one_level": smallest_pad(rows),
-        "seconds": round(time.perf_counter() - started, 1), **machine(),
+        "bench": "tiling",
+        "arch": generator.arch,
+        "scale": generator.scale,
+        "blocks": generator.blocks,
+        "channels": generator.channels,
+        "growth": getattr(generator, "growth", None),
+        "weights": source,
+        "receptive_radius": generator.receptive_radius,
+        "default_tile_pad": generator.default_tile_pad,
+        "size": args.size,
+        "cell": args.cell,
+        "rows": rows,
+        "pad_below_one_level": smallest_pad(rows),
+        "seconds": round(time.perf_counter() - started, 1),
+        **machine(),
     }
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"{result['arch']} x{result['scale']}, {result['blocks']} blocks x {result['channels']} channels, "
-          f"{source}; receptive radius {result['receptive_radius']}, default --tile-pad {result['default_tile_pad']}")
+    print(
+        f"{result['arch']} x{result['scale']}, {result['blocks']} blocks x {result['channels']} channels, "
+        f"{source}; receptive radius {result['receptive_radius']}, default --tile-pad {result['default_tile_pad']}"
+    )
     print(f"a {args.cell} px cell in the middle of a {args.size} px photo, fp32 CPU")
     print(f"{'pad':>5}  {'max |tiled - whole| (8-bit levels)':>36}  {'8-bit pixels changed':>20}")
     for row in rows:

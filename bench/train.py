@@ -1,4 +1,5 @@
 """`srgan bench train`: the project's own training step, timed."""
+
 from __future__ import annotations
 
 import json
@@ -105,7 +106,8 @@ def check_yardstick_shapes(path: Path, config: Config) -> bool:
         raise SrganError(
             f"--yardstick: {path.name} times {'ESRGAN' if 'esrgan' in path.name else 'SRGAN'}'s step; this config "
             f"has gan.discriminator {config.gan.discriminator} and gan.d_loss {config.gan.d_loss} (ESRGAN's: vgg "
-            "and relativistic, against yardstick_esrgan.py; else yardstick_step.py)")
+            "and relativistic, against yardstick_esrgan.py; else yardstick_step.py)"
+        )
     p = config.loss.perceptual
     layers = perceptual_layers(p)
     if esrgan:
@@ -115,7 +117,8 @@ def check_yardstick_shapes(path: Path, config: Config) -> bool:
             raise SrganError(
                 "--yardstick: its step has an rrdb generator of 64 channels and growth 32, d_channels 64 and an L1 "
                 f"perceptual loss on VGG19 conv5_4; this config has {m.arch}, {m.channels} channels, growth "
-                f"{m.growth}, d_channels {m.d_channels}, {p.criterion} on {p.network} {', '.join(layers)}")
+                f"{m.growth}, d_channels {m.d_channels}, {p.criterion} on {p.network} {', '.join(layers)}"
+            )
         return True
     srgan_shape = (config.model.blocks, config.model.channels, config.model.d_channels, p.network, list(layers))
     if srgan_shape != (16, 64, 64, "vgg16", ["pool5"]):
@@ -133,8 +136,18 @@ def run_yardstick(path: Path, config: Config, iters: int, warmup: int, esrgan: b
     if not path.is_file():
         raise SrganError(f"--yardstick: {path}: no such file")
     command = [
-        sys.executable, str(path), "--batch", str(config.data.batch_size), "--crop", str(config.data.crop_size),
-        "--scale", str(config.model.scale), "--iters", str(iters), "--warmup", str(warmup),
+        sys.executable,
+        str(path),
+        "--batch",
+        str(config.data.batch_size),
+        "--crop",
+        str(config.data.crop_size),
+        "--scale",
+        str(config.model.scale),
+        "--iters",
+        str(iters),
+        "--warmup",
+        str(warmup),
         *(["--blocks", str(config.model.blocks)] if esrgan else []),
     ]
     done = subprocess.run(command, capture_output=True, text=True)

@@ -1,6 +1,7 @@
 """`srgan bench upscale`: the project's upscaling path (tiled, channels_last,
 inference_mode, the precision rules) against a plain fp32 NCHW forward of
 the same generator, timed in one run."""
+
 from __future__ import annotations
 
 import copy
@@ -42,16 +43,19 @@ def timed(fn, iters: int, warmup: int, device: torch.device) -> list[float]:
     return times
 
 
-def bench_upscale(generator: SRGenerator, runtime: Runtime, width: int, height: int, iters: int, warmup: int,
-                  baseline: bool = True) -> dict:
+def bench_upscale(
+    generator: SRGenerator, runtime: Runtime, width: int, height: int, iters: int, warmup: int, baseline: bool = True
+) -> dict:
     check_upscale_memory("--size", width, height, 1, generator.scale, None)
     available = available_ram()
     # the plain forward holds the whole image's activations: the last x2 stage's, twice, in fp32
     plain_bytes = width * height * generator.scale**2 * generator.channels * 4 * 2
     if baseline and runtime.device.type == "cpu" and available is not None and plain_bytes > 0.8 * available:
-        raise SrganError(f"--size {width}x{height}: the plain whole-image forward would need about "
-                         f"{plain_bytes / 2**30:.0f} GiB, more than the {available / 2**30:.0f} GiB available; "
-                         "use --no-baseline or a smaller --size")
+        raise SrganError(
+            f"--size {width}x{height}: the plain whole-image forward would need about "
+            f"{plain_bytes / 2**30:.0f} GiB, more than the {available / 2**30:.0f} GiB available; "
+            "use --no-baseline or a smaller --size"
+        )
     generator = generator.eval()
     network = inference_network(generator, runtime)
     image = test_photo(width, height)
@@ -78,8 +82,13 @@ def bench_upscale(generator: SRGenerator, runtime: Runtime, width: int, height: 
 
     # The plain forward: the same weights, fp32, NCHW, the whole image at once.
     # Module.to takes a device and a memory_format at once; torch's stubs list them apart.
-    plain = copy.deepcopy(generator).to(  # type: ignore[call-overload]
-        runtime.device, memory_format=torch.contiguous_format).float()
+    plain = (
+        copy.deepcopy(generator)
+        .to(  # type: ignore[call-overload]
+            runtime.device, memory_format=torch.contiguous_format
+        )
+        .float()
+    )
     x = torch.from_numpy(image).permute(2, 0, 1)[None].float().div(255).to(runtime.device)
 
     def plain_forward():
@@ -91,9 +100,11 @@ def bench_upscale(generator: SRGenerator, runtime: Runtime, width: int, height: 
     ours_fp32 = np.empty(reference.shape, dtype=np.float32)
     fp32 = dataclasses.replace(runtime, precision="fp32")
     upscale_tiled(network, x[0].cpu(), fp32, ours_fp32, tile, pad)
-    result.update({
-        "baseline_median_s": statistics.median(base),
-        "speedup": statistics.median(base) / statistics.median(ours),
-        "fp32_max_abs_diff": float(np.abs(ours_fp32 - reference).max()),
-    })
+    result.update(
+        {
+            "baseline_median_s": statistics.median(base),
+            "speedup": statistics.median(base) / statistics.median(ours),
+            "fp32_max_abs_diff": float(np.abs(ours_fp32 - reference).max()),
+        }
+    )
     return result

@@ -5,6 +5,7 @@ encoding alone, and what running the three one after another would give.
 
 Also the one writer of test clips (a pan over a photo, an AAC tone), which
 tests/test_video.py uses too."""
+
 from __future__ import annotations
 
 import statistics
@@ -28,13 +29,20 @@ SAMPLE_RATE = 22050  # of the test clips' tone
 def panning_frames(photo: np.ndarray, width: int, height: int, count: int) -> list[np.ndarray]:
     """`count` width x height views of `photo`, moving one pixel down and two right per frame."""
     if photo.shape[0] < height + count or photo.shape[1] < width + 2 * count:
-        raise ValueError(f"a {photo.shape[1]}x{photo.shape[0]} photo is too small for {count} frames of "
-                         f"{width}x{height}")
-    return [np.ascontiguousarray(photo[i:i + height, 2 * i:2 * i + width]) for i in range(count)]
+        raise ValueError(
+            f"a {photo.shape[1]}x{photo.shape[0]} photo is too small for {count} frames of {width}x{height}"
+        )
+    return [np.ascontiguousarray(photo[i : i + height, 2 * i : 2 * i + width]) for i in range(count)]
 
 
-def write_clip(path: Path, frames: list[np.ndarray], times: list[float] | None = None, fmt: str = "mp4",
-               sound: bool = True, crf: int = 12) -> Path:
+def write_clip(
+    path: Path,
+    frames: list[np.ndarray],
+    times: list[float] | None = None,
+    fmt: str = "mp4",
+    sound: bool = True,
+    crf: int = 12,
+) -> Path:
     """H.264 (yuv420p) of `frames` at `times` (seconds; default 25 fps: a
     variable frame rate when they are uneven), in a millisecond time base,
     with a 440 Hz AAC tone as long as the clip when `sound`."""
@@ -55,7 +63,9 @@ def write_clip(path: Path, frames: list[np.ndarray], times: list[float] | None =
             samples = round((times[-1] + 0.04) * SAMPLE_RATE)
             wave = (0.3 * np.sin(2 * np.pi * 440 * np.arange(samples) / SAMPLE_RATE)).astype(np.float32)
             for start in range(0, samples, 1024):
-                chunk = av.AudioFrame.from_ndarray(wave[None, start:start + 1024].copy(), format="fltp", layout="mono")
+                chunk = av.AudioFrame.from_ndarray(
+                    wave[None, start : start + 1024].copy(), format="fltp", layout="mono"
+                )
                 chunk.sample_rate, chunk.pts = SAMPLE_RATE, start
                 out.mux(tone.encode(chunk))
             out.mux(tone.encode(None))
@@ -69,8 +79,17 @@ def decode_frames(path: Path) -> list[np.ndarray]:
         return [frame.to_ndarray(format="rgb24") for frame in clip.decode(clip.streams.video[0])]
 
 
-def bench_video(generator: SRGenerator, runtime: Runtime, width: int, height: int, frames: int, batch: int,
-                iters: int, warmup: int, compare_overlap: bool = False) -> dict:
+def bench_video(
+    generator: SRGenerator,
+    runtime: Runtime,
+    width: int,
+    height: int,
+    frames: int,
+    batch: int,
+    iters: int,
+    warmup: int,
+    compare_overlap: bool = False,
+) -> dict:
     """Frames/s of upscale_video on a width x height clip of `frames` frames
     (and sound), and of its network alone on the same frames, timed in turn
     `iters` times after `warmup` rounds; medians. `compare_overlap`: also
@@ -83,15 +102,19 @@ def bench_video(generator: SRGenerator, runtime: Runtime, width: int, height: in
     if compare_overlap:
         times["pipeline_overlapped"] = []
     with tempfile.TemporaryDirectory() as folder:
-        clip = write_clip(Path(folder) / "clip.mp4", panning_frames(test_photo(width + 2 * frames, height + frames),
-                                                                    width, height, frames))
+        clip = write_clip(
+            Path(folder) / "clip.mp4",
+            panning_frames(test_photo(width + 2 * frames, height + frames), width, height, frames),
+        )
         options = UpscaleOptions(batch=batch, force=True)
         for i in range(warmup + iters):
             started = time.perf_counter()
             lr = decode_frames(clip)
             decoded = time.perf_counter()
-            sr = [upscale_batch(network, lr[j:j + per_forward], runtime, tile, pad)
-                  for j in range(0, frames, per_forward)]
+            sr = [
+                upscale_batch(network, lr[j : j + per_forward], runtime, tile, pad)
+                for j in range(0, frames, per_forward)
+            ]
             synchronize(runtime.device)
             upscaled = time.perf_counter()
             write_clip(Path(folder) / "alone.mp4", list(np.concatenate(sr)), sound=False, crf=18)

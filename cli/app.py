@@ -1,6 +1,7 @@
 """The `srgan` command. Each command (one module per concern beside this
 one) parses its arguments, loads what it needs and calls one function;
 here user errors become exit status 2 with a one-line message."""
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """`srgan bench train|upscale`: figures for docs/performance.md."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,9 @@ bench_app = typer.Typer(no_args_is_help=True, help="Time the training step and t
 # The generator that `bench upscale` and `bench video` time.
 BenchCheckpoint = Annotated[
     Path | None,
-    typer.Option("--checkpoint", "-k", help="A trained generator; default: random weights of the config's "
-                 "architecture."),
+    typer.Option(
+        "--checkpoint", "-k", help="A trained generator; default: random weights of the config's architecture."
+    ),
 ]
 
 
@@ -27,8 +29,9 @@ def train(
     crop: Annotated[int, typer.Option("--crop", help="HR crop side.")] = 96,
     blocks: Annotated[
         int | None,
-        typer.Option("--blocks", help="Generator blocks (model.blocks; default: the config's), passed to the "
-                     "yardstick too."),
+        typer.Option(
+            "--blocks", help="Generator blocks (model.blocks; default: the config's), passed to the yardstick too."
+        ),
     ] = None,
     iters: Annotated[int, typer.Option("--iters", help="Timed steps (after the warm-up).")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed steps first.")] = 1,
@@ -62,8 +65,13 @@ def train(
 
     if min(batch, crop, iters, blocks or 1) < 1 or warmup < 0:
         raise SrganError("--batch, --crop, --blocks and --iters: expected at least 1; --warmup: 0 or more")
-    settings = [f"data.batch_size={batch}", f"data.crop_size={crop}", "loss.perceptual.weights=none",
-                *([f"model.blocks={blocks}"] if blocks is not None else []), *(overrides or [])]
+    settings = [
+        f"data.batch_size={batch}",
+        f"data.crop_size={crop}",
+        "loss.perceptual.weights=none",
+        *([f"model.blocks={blocks}"] if blocks is not None else []),
+        *(overrides or []),
+    ]
     resolved = load_config(config, settings)
     from srgan.bench.train import bench_interleaved, check_yardstick_shapes, run_yardstick
 
@@ -76,8 +84,9 @@ def train(
         result["compared_over_this"] = other_result["median_s_per_step"] / result["median_s_per_step"]
     elif compare_update:
         other = "detach" if resolved.gan.update == "retain_graph" else "retain_graph"
-        result, other_result = bench_interleaved([resolved, load_config(config, [*settings, f"gan.update={other}"])],
-                                                 iters, warmup)
+        result, other_result = bench_interleaved(
+            [resolved, load_config(config, [*settings, f"gan.update={other}"])], iters, warmup
+        )
         result[f"{other}_median_s_per_step"] = other_result["median_s_per_step"]
         retain, detach = (result, other_result) if other == "detach" else (other_result, result)
         result["retain_over_detach"] = retain["median_s_per_step"] / detach["median_s_per_step"]
@@ -101,8 +110,10 @@ def train(
     if "retain_over_detach" in result:
         typer.echo(f"retain_graph / detach, interleaved: {result['retain_over_detach']:.3f}")
     if "compared" in result:
-        typer.echo(f"with {result['compared']}: {result['compared_median_s_per_step']:.3f} s median, "
-                   f"{result['compared_over_this']:.3f}x this config's time, interleaved")
+        typer.echo(
+            f"with {result['compared']}: {result['compared_median_s_per_step']:.3f} s median, "
+            f"{result['compared_over_this']:.3f}x this config's time, interleaved"
+        )
     if "speedup" in result:
         typer.echo(f"yardstick: {result['yardstick_median_s_per_step']:.3f} s median: {result['speedup']:.2f}x faster")
 

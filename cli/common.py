@@ -1,4 +1,5 @@
 """What several commands share: help texts and the --device/--precision options."""
+
 from __future__ import annotations
 
 import re

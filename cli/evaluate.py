@@ -1,4 +1,5 @@
 """`srgan compare`, `srgan evaluate`."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """`srgan plot`: the curves of one run or of several, overlaid."""
+
 from __future__ import annotations
 
 import logging
@@ -38,8 +39,7 @@ def plot(
         bool,
         typer.Option(
             "--psnr-only",
-            help="Only the validation PSNR panel, larger "
-            "(learning curves compared, as in docs/quality.md).",
+            help="Only the validation PSNR panel, larger (learning curves compared, as in docs/quality.md).",
         ),
     ] = False,
 ) -> None:
@@ -87,14 +87,19 @@ def plot(
             configs.append(config)
         kept_names.extend(names[i : i + 1])
     if not drawn:
-        raise SrganError(f"{' '.join(map(str, runs))}: no run to draw: the {len(folders)} found are all broken "
-                         "(the lines above say how)")
+        raise SrganError(
+            f"{' '.join(map(str, runs))}: no run to draw: the {len(folders)} found are all broken "
+            "(the lines above say how)"
+        )
     labels = kept_names or (run_labels(drawn, configs) if len(drawn) > 1 else None)
     try:
         from srgan.training.pictures import draw_curves
 
         out = output or drawn[0] / "curves.png"
-        typer.echo(draw_curves(drawn, out, overwrite=output is None or force, labels=labels, psnr_only=psnr_only,
-                               series=series))
+        typer.echo(
+            draw_curves(
+                drawn, out, overwrite=output is None or force, labels=labels, psnr_only=psnr_only, series=series
+            )
+        )
     except ImportError:
         raise SrganError("srgan plot needs matplotlib: pip install 'srgan[plot]'") from None

@@ -1,4 +1,5 @@
 """`srgan prepare`: decode a training set once into a dataset that crops are sliced from."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """`srgan runs`: a table of the runs below a folder, best validation first."""
+
 from __future__ import annotations
 
 from pathlib import Path

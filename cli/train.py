@@ -1,4 +1,5 @@
 """`srgan train`, `srgan config list|show`, `srgan samples`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,8 +44,10 @@ def train(
     resolved = load_config(config, overrides)  # before importing torch: bad keys fail fast
     run_dir = Path(resolved.train.run_dir) if resume is None and resolved.train.run_dir else None
     if run_dir is not None and is_sweep(run_dir):  # a run's files among the variants would be neither's
-        raise SrganError(f"train.run_dir: {run_dir} holds a sweep (sweep.yaml); a run needs a folder of its own: "
-                         f"choose another train.run_dir, or continue the sweep with srgan train --resume {run_dir}")
+        raise SrganError(
+            f"train.run_dir: {run_dir} holds a sweep (sweep.yaml); a run needs a folder of its own: "
+            f"choose another train.run_dir, or continue the sweep with srgan train --resume {run_dir}"
+        )
     from srgan.training import TrainingInterrupted
     from srgan.training import train as run_training
 
@@ -124,8 +127,10 @@ def samples(
     for source, target in plan:
         write_bytes(target, source.read_bytes(), overwrite=force, inputs=(source,))
         typer.echo(target)
-    rgb = [(np.asarray(Image.open(skimage_file(file)).convert("RGB")), photo_targets[name])
-           for name, file in HELDOUT_PHOTOS.items()]
+    rgb = [
+        (np.asarray(Image.open(skimage_file(file)).convert("RGB")), photo_targets[name])
+        for name, file in HELDOUT_PHOTOS.items()
+    ]
     rgb += [(pixels, synthetic_targets[name]) for name, pixels in synthetic_images().items()]
     for pixels, target in rgb:
         buffer = io.BytesIO()

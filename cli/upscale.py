@@ -1,4 +1,5 @@
 """`srgan upscale`."""
+
 from __future__ import annotations
 
 import contextlib
@@ -137,6 +138,7 @@ def _sigterm_as_interrupt():
     """While active, SIGTERM (kill, systemd, Slurm) ends the command as Ctrl-C
     does instead of killing it where it stands, which left the outputs'
     temporary files behind. A second SIGTERM kills at once."""
+
     def handle(signum, frame):
         signal.signal(signal.SIGTERM, previous)
         raise _Terminated

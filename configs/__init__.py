@@ -1,4 +1,5 @@
 """Configuration: the typed schema, the YAML presets beside it, and the loader."""
+
 from srgan.configs.errors import SrganError, first_line
 from srgan.configs.loader import (
     config_from_dict,

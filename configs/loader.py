@@ -2,6 +2,7 @@
 overrides, and every check a user's input needs, done once, here.
 
 Each error names the dotted key (and the file) and what was expected."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -99,8 +100,7 @@ def _check_arch_keys(config: Config, raw: dict, origin: str) -> None:
     for key in raw.get("model") or {}:
         if key in ARCH_KEYS and arch not in ARCH_KEYS[key]:
             archs = " and ".join(ARCH_KEYS[key])
-            raise SrganError(f"{origin}: model.{key}: applies to model.arch {archs} only, "
-                             f"not {arch} (leave it out)")
+            raise SrganError(f"{origin}: model.{key}: applies to model.arch {archs} only, not {arch} (leave it out)")
 
 
 def config_to_dict(config: Config) -> dict:
@@ -219,8 +219,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                 if key_node.value in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"key {key_node.value!r} given twice",
-                                                            key_node.start_mark)
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key_node.value!r} given twice", key_node.start_mark
+                    )
                 seen.add(key_node.value)
         return super().construct_mapping(node, deep)
 
@@ -262,8 +263,10 @@ def _apply_override(raw: dict, item: str) -> None:
         node[parts[-1]] = value
     elif not isinstance(value, dict):
         example = dataclasses.fields(section)[0].name
-        raise SrganError(f"--set: {key}: expected a mapping, got {_show(value)}; or set its keys one by one, "
-                         f"e.g. --set {key}.{example}=VALUE")
+        raise SrganError(
+            f"--set: {key}: expected a mapping, got {_show(value)}; or set its keys one by one, "
+            f"e.g. --set {key}.{example}=VALUE"
+        )
     else:
         # a section given whole changes the keys it names, not the others
         # (its unknown keys are refused with their dotted path by _build)
@@ -309,8 +312,7 @@ def _build(cls: type, raw: Any, prefix: str, origin: str):
     for key in raw:
         if key not in hints:
             raise SrganError(
-                f"{origin}: unknown key {prefix}{key}{_closest(str(key), names)}; "
-                f"valid keys here: {', '.join(names)}"
+                f"{origin}: unknown key {prefix}{key}{_closest(str(key), names)}; valid keys here: {', '.join(names)}"
             )
     values = {}
     for name in names:
@@ -401,12 +403,16 @@ def _one_perceptual_layer_setting(config: Config, raw: dict, origin: str) -> Non
     given = (raw.get("loss") or {}).get("perceptual") or {}  # mappings: _build checked them
     if perceptual.layers is not None:
         if given.get("layer") is not None:
-            raise SrganError(f"{origin}: loss.perceptual: layer {given['layer']!r} and layers both given; layers "
-                             "replaces layer: set one of them to null")
+            raise SrganError(
+                f"{origin}: loss.perceptual: layer {given['layer']!r} and layers both given; layers "
+                "replaces layer: set one of them to null"
+            )
         perceptual.layer = None
     elif perceptual.layer is None:
-        raise SrganError(f"{origin}: loss.perceptual.layer: expected a VGG layer such as relu5_4 (null only "
-                         "with loss.perceptual.layers), got null")
+        raise SrganError(
+            f"{origin}: loss.perceptual.layer: expected a VGG layer such as relu5_4 (null only "
+            "with loss.perceptual.layers), got null"
+        )
 
 
 def _check_values(c: Config, origin: str) -> None:
@@ -414,11 +420,14 @@ def _check_values(c: Config, origin: str) -> None:
         if not ok:
             raise SrganError(f"{origin}: {key}: expected {expected}, got {got!r}")
 
-    need(c.name.strip() not in ("", ".", "..") and "/" not in c.name and "\\" not in c.name, "name",
-         "a non-empty name without '/'", c.name)
+    need(
+        c.name.strip() not in ("", ".", "..") and "/" not in c.name and "\\" not in c.name,
+        "name",
+        "a non-empty name without '/'",
+        c.name,
+    )
     # the default run folder is runs/<name>-<time>: a file name is at most 255 bytes
-    need(len(c.name.encode("utf-8")) <= 200, "name", "at most 200 bytes (it names the run folder)",
-         c.name[:40] + "...")
+    need(len(c.name.encode("utf-8")) <= 200, "name", "at most 200 bytes (it names the run folder)", c.name[:40] + "...")
     for key, limit in LIMITS.items():
         section, name = key.split(".")
         value = getattr(getattr(c, section), name)
@@ -429,29 +438,43 @@ def _check_values(c: Config, origin: str) -> None:
     need(0 < c.model.res_scale <= 1, "model.res_scale", "a factor in (0, 1]", c.model.res_scale)
     # The generator by model.arch (schema.ARCH_SCALES; rrdb: its size, from growth too).
     scales = ARCH_SCALES[c.model.arch]
-    need(c.model.scale in scales, "model.scale",
-         f"{', '.join(map(str, scales[:-1]))} or {scales[-1]} with model.arch {c.model.arch}", c.model.scale)
+    need(
+        c.model.scale in scales,
+        "model.scale",
+        f"{', '.join(map(str, scales[:-1]))} or {scales[-1]} with model.arch {c.model.arch}",
+        c.model.scale,
+    )
     need(c.model.growth >= 1, "model.growth", "at least 1", c.model.growth)
     parameters = generator_parameters(c.model.arch, c.model.scale, c.model.blocks, c.model.channels, c.model.growth)
     if parameters > MAX_GENERATOR_PARAMETERS:
-        raise SrganError(f"{origin}: model: an {c.model.arch} of {c.model.blocks} blocks x {c.model.channels} "
-                         f"channels (growth {c.model.growth}) has {parameters:,} weights, more than srgan's limit "
-                         f"of {MAX_GENERATOR_PARAMETERS:,}")
+        raise SrganError(
+            f"{origin}: model: an {c.model.arch} of {c.model.blocks} blocks x {c.model.channels} "
+            f"channels (growth {c.model.growth}) has {parameters:,} weights, more than srgan's limit "
+            f"of {MAX_GENERATOR_PARAMETERS:,}"
+        )
     need(c.data.train != "", "data.train", "a folder or builtin:samples", c.data.train)
     need(c.data.val != "", "data.val", "a folder, builtin:samples or null", c.data.val)
-    need(c.data.crop_size >= c.model.scale, "data.crop_size", f"at least model.scale ({c.model.scale})",
-         c.data.crop_size)
-    need(c.data.crop_size % c.model.scale == 0, "data.crop_size",
-         f"a multiple of model.scale ({c.model.scale})", c.data.crop_size)
+    need(
+        c.data.crop_size >= c.model.scale, "data.crop_size", f"at least model.scale ({c.model.scale})", c.data.crop_size
+    )
+    need(
+        c.data.crop_size % c.model.scale == 0,
+        "data.crop_size",
+        f"a multiple of model.scale ({c.model.scale})",
+        c.data.crop_size,
+    )
     need(c.data.batch_size >= 1, "data.batch_size", "at least 1", c.data.batch_size)
     need(c.data.workers >= 0, "data.workers", "0 or more", c.data.workers)
     need(c.data.repeat >= 1, "data.repeat", "at least 1", c.data.repeat)
     need(c.data.cache_mb >= 0, "data.cache_mb", "0 (never) or more MB", c.data.cache_mb)
     need(c.data.val_max_size >= 0, "data.val_max_size", "0 (no cap) or more", c.data.val_max_size)
     smallest_val = 2 * c.model.scale + 11  # the SSIM window once `scale` px are shaved from each border
-    need(c.data.val_max_size == 0 or c.data.val_max_size - c.data.val_max_size % c.model.scale >= smallest_val,
-         "data.val_max_size", f"0 or at least {smallest_val} px (the SSIM window after the border shave)",
-         c.data.val_max_size)
+    need(
+        c.data.val_max_size == 0 or c.data.val_max_size - c.data.val_max_size % c.model.scale >= smallest_val,
+        "data.val_max_size",
+        f"0 or at least {smallest_val} px (the SSIM window after the border shave)",
+        c.data.val_max_size,
+    )
     for term in ("image", "adversarial", "perceptual", "tv"):
         weight = getattr(c.loss.weights, term)
         need(weight >= 0, f"loss.weights.{term}", "a weight of 0 or more", weight)
@@ -467,50 +490,83 @@ def _check_values(c: Config, origin: str) -> None:
             )
         need(weight > 0, f"{key}.{layer}", "a positive weight (leave a layer out rather than weight it 0)", weight)
     need(c.loss.perceptual.layers != {}, key, "at least one layer", c.loss.perceptual.layers)
-    need(c.loss.perceptual.weights != "", "loss.perceptual.weights", "imagenet, auto, none or a file path",
-         c.loss.perceptual.weights)
+    need(
+        c.loss.perceptual.weights != "",
+        "loss.perceptual.weights",
+        "imagenet, auto, none or a file path",
+        c.loss.perceptual.weights,
+    )
     if c.loss.weights.perceptual > 0:
         for layer in perceptual_layers(c.loss.perceptual):
             pools = vgg_pool_count(network, layer)
-            need(c.data.crop_size >= 2**pools, "data.crop_size",
-                 f"at least {2**pools} px: {key} {layer} comes after {pools} 2x2 poolings", c.data.crop_size)
+            need(
+                c.data.crop_size >= 2**pools,
+                "data.crop_size",
+                f"at least {2**pools} px: {key} {layer} comes after {pools} 2x2 poolings",
+                c.data.crop_size,
+            )
     # The discriminators' crops, and gradient accumulation (issue 26).
     crop = c.data.crop_size
     if c.gan.discriminator == "vgg":
-        need(crop % 32 == 0 and crop <= 512, "data.crop_size",
-             "a multiple of 32 up to 512 with gan.discriminator vgg (five stride-2 stages, then a dense layer "
-             "over the (crop/32)^2 positions left, which grows with the crop's area)", crop)
+        need(
+            crop % 32 == 0 and crop <= 512,
+            "data.crop_size",
+            "a multiple of 32 up to 512 with gan.discriminator vgg (five stride-2 stages, then a dense layer "
+            "over the (crop/32)^2 positions left, which grows with the crop's area)",
+            crop,
+        )
     if c.gan.discriminator == "unet":
-        need(crop % 8 == 0, "data.crop_size",
-             "a multiple of 8 with gan.discriminator unet (three stride-2 convs, whose outputs its "
-             "upsampling path adds back)", crop)
+        need(
+            crop % 8 == 0,
+            "data.crop_size",
+            "a multiple of 8 with gan.discriminator unet (three stride-2 convs, whose outputs its "
+            "upsampling path adds back)",
+            crop,
+        )
     need(c.train.accumulate >= 1, "train.accumulate", "at least 1 (micro-batches a step)", c.train.accumulate)
-    need(c.data.batch_size % c.train.accumulate == 0, "data.batch_size",
-         f"a multiple of train.accumulate ({c.train.accumulate}): each step takes that many equal micro-batches",
-         c.data.batch_size)
+    need(
+        c.data.batch_size % c.train.accumulate == 0,
+        "data.batch_size",
+        f"a multiple of train.accumulate ({c.train.accumulate}): each step takes that many equal micro-batches",
+        c.data.batch_size,
+    )
 
     t = c.train
     need(t.epochs >= 1, "train.epochs", "at least 1", t.epochs)
     need(0 <= t.seed <= MAX_SEED, "train.seed", f"0 to {MAX_SEED}", t.seed)
-    need(re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", t.device) is not None, "train.device", "auto, cpu, cuda or cuda:K",
-         t.device)
+    need(
+        re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", t.device) is not None,
+        "train.device",
+        "auto, cpu, cuda or cuda:K",
+        t.device,
+    )
     need(t.dist_timeout_s >= 10, "train.dist_timeout_s", "at least 10 seconds", t.dist_timeout_s)
     need(t.max_steps >= 0, "train.max_steps", "0 (no limit) or more", t.max_steps)
     need(t.pretrain_steps >= 0, "train.pretrain_steps", "0 or more", t.pretrain_steps)
     need(t.lr_g > 0, "train.lr_g", "a positive learning rate", t.lr_g)
     need(t.lr_d > 0, "train.lr_d", "a positive learning rate", t.lr_d)
-    need(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas",
-         "two numbers in [0, 1)", t.betas)
+    need(len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), "train.betas", "two numbers in [0, 1)", t.betas)
     milestones = t.lr_schedule.milestones
-    need(all(m >= 1 for m in milestones) and milestones == sorted(set(milestones)), "train.lr_schedule.milestones",
-         "increasing step numbers of at least 1", milestones)
+    need(
+        all(m >= 1 for m in milestones) and milestones == sorted(set(milestones)),
+        "train.lr_schedule.milestones",
+        "increasing step numbers of at least 1",
+        milestones,
+    )
     need(t.lr_schedule.gamma > 0, "train.lr_schedule.gamma", "a positive factor", t.lr_schedule.gamma)
-    need(0 <= t.lr_schedule.min_factor <= 1, "train.lr_schedule.min_factor", "a factor in [0, 1]",
-         t.lr_schedule.min_factor)
+    need(
+        0 <= t.lr_schedule.min_factor <= 1,
+        "train.lr_schedule.min_factor",
+        "a factor in [0, 1]",
+        t.lr_schedule.min_factor,
+    )
     need(t.lr_schedule.warmup_steps >= 0, "train.lr_schedule.warmup_steps", "0 or more", t.lr_schedule.warmup_steps)
-    need(t.lr_schedule.kind != "cosine" or t.pretrain_steps > 0 or t.max_steps > 0, "train.lr_schedule.kind",
-         "step, or cosine with train.pretrain_steps or train.max_steps set (the span of the decay)",
-         t.lr_schedule.kind)
+    need(
+        t.lr_schedule.kind != "cosine" or t.pretrain_steps > 0 or t.max_steps > 0,
+        "train.lr_schedule.kind",
+        "step, or cosine with train.pretrain_steps or train.max_steps set (the span of the decay)",
+        t.lr_schedule.kind,
+    )
     need(t.log_every >= 1, "train.log_every", "at least 1", t.log_every)
     need(t.val_every >= 0, "train.val_every", "0 (every epoch) or more steps", t.val_every)
     need(t.save_every >= 0, "train.save_every", "0 (every epoch) or more steps", t.save_every)

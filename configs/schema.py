@@ -1,6 +1,7 @@
 """The typed configuration: every choice of a run, with the paper's SRGAN
 settings as defaults. The loader (`srgan.configs.loader`) checks a YAML
 document against these dataclasses once; the rest of the program trusts them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """Images in, (lr, hr) tensors out."""
+
 from srgan.data.datasets import (
     EpochSampler,
     FolderImages,

@@ -5,6 +5,7 @@ bicubic downscaling (PIL's, the literature's convention) on the fly.
 Training samples are addressed by (epoch, index) and their randomness is
 drawn from (seed, epoch, index) alone, so a batch is the same whatever the
 number of workers and a resumed run sees the very crops it would have seen."""
+
 from __future__ import annotations
 
 import copy
@@ -26,7 +27,6 @@ from srgan.data.samples import BUILTIN_SAMPLES, TRAIN_SAMPLES, VAL_SAMPLES, samp
 log = logging.getLogger("srgan")
 
 
-
 def open_images(spec: str, key: str, min_side: int, cache_mb: int = 0) -> FolderImages | PreparedImages:
     """The images of a `data.train`/`data.val` value: a prepared dataset
     (`srgan prepare`), a folder of image files, or builtin:samples."""
@@ -44,8 +44,10 @@ def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
     else:
         folder = Path(spec).expanduser()
         if not folder.is_dir():
-            raise SrganError(f"{key}: {spec}: no such folder (expected a folder of images, a dataset made by "
-                             f"`srgan prepare`, or {BUILTIN_SAMPLES})")
+            raise SrganError(
+                f"{key}: {spec}: no such folder (expected a folder of images, a dataset made by "
+                f"`srgan prepare`, or {BUILTIN_SAMPLES})"
+            )
         candidates = find_images(folder)
     usable = []
     for path in candidates:
@@ -89,8 +91,15 @@ class FolderImages:
             log.warning(
                 "%s: %.1f GB of decoded images; %d of %d images (%.1f GB) are kept in memory (data.cache_mb %d), "
                 "the rest are decoded for every crop. `srgan prepare %s -o PREPARED` once, then data.train: "
-                "PREPARED, makes every crop a slice", key, total / 1e9, len(self._cache), len(paths),
-                (cache_mb * 2**20 - budget) / 1e9, cache_mb, spec or "FOLDER")
+                "PREPARED, makes every crop a slice",
+                key,
+                total / 1e9,
+                len(self._cache),
+                len(paths),
+                (cache_mb * 2**20 - budget) / 1e9,
+                cache_mb,
+                spec or "FOLDER",
+            )
         self.names = [path.name for path in self.paths]
 
     def __len__(self) -> int:
@@ -220,7 +229,7 @@ class EpochSampler(Sampler):
         order = np.concatenate([rng.permutation(self.size) for _ in range(rounds)])[:needed].tolist()
         for step in range(self.steps_left()):
             start = self.skip_keys + step * self.global_batch + self.rank * self.batch_size
-            for index in order[start:start + self.batch_size]:
+            for index in order[start : start + self.batch_size]:
                 yield (self.epoch, index)
 
 

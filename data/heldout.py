@@ -4,6 +4,7 @@ scikit-image ships (no download), and synthetic images (flat colours,
 smooth gradients, text, hard edges) drawn here, the same bits on every
 machine. `srgan samples DIR` writes them to DIR/heldout/{photos,synthetic};
 `srgan evaluate` scores them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,18 @@ SIZE = (256, 192)  # width, height of the synthetic images: a multiple of 8 (eve
 # Saturated and pastel colours, the ones a model trained on four photos has
 # seen least: greens, magentas, cyans.
 CHART_COLOURS = [
-    (0, 200, 0), (230, 0, 230), (0, 210, 210), (250, 250, 0), (30, 30, 220), (220, 30, 30),
-    (120, 255, 120), (255, 150, 255), (140, 90, 40), (255, 255, 255), (128, 128, 128), (10, 10, 10),
+    (0, 200, 0),
+    (230, 0, 230),
+    (0, 210, 210),
+    (250, 250, 0),
+    (30, 30, 220),
+    (220, 30, 30),
+    (120, 255, 120),
+    (255, 150, 255),
+    (140, 90, 40),
+    (255, 255, 255),
+    (128, 128, 128),
+    (10, 10, 10),
 ]
 
 
@@ -34,7 +45,7 @@ def colour_chart() -> np.ndarray:
     image = np.zeros((height, width, 3), np.uint8)
     for i, colour in enumerate(CHART_COLOURS):
         row, col = divmod(i, 4)
-        image[row * height // 3:(row + 1) * height // 3, col * width // 4:(col + 1) * width // 4] = colour
+        image[row * height // 3 : (row + 1) * height // 3, col * width // 4 : (col + 1) * width // 4] = colour
     return image
 
 
@@ -55,9 +66,13 @@ def text_card() -> np.ndarray:
     card = Image.new("RGB", SIZE, (245, 245, 240))
     draw = ImageDraw.Draw(card)
     draw.rectangle((0, height // 2, width, height), fill=(20, 60, 140))
-    lines = [("SRGAN x4 held-out", (10, 10), (0, 0, 0)), ("the quick brown fox", (10, 40), (200, 0, 0)),
-             ("jumps over 12345", (10, 70), (0, 120, 0)), ("WHITE ON BLUE", (10, 110), (255, 255, 255)),
-             ("yellow text 0.5 dB", (10, 150), (255, 230, 0))]
+    lines = [
+        ("SRGAN x4 held-out", (10, 10), (0, 0, 0)),
+        ("the quick brown fox", (10, 40), (200, 0, 0)),
+        ("jumps over 12345", (10, 70), (0, 120, 0)),
+        ("WHITE ON BLUE", (10, 110), (255, 255, 255)),
+        ("yellow text 0.5 dB", (10, 150), (255, 230, 0)),
+    ]
     for words, where, colour in lines:
         draw.text(where, words, fill=colour, font_size=18 if where[1] < 100 else 22)
     return np.asarray(card)
@@ -70,10 +85,10 @@ def hard_edges() -> np.ndarray:
     x = 0
     for stripe in (16, 12, 8, 6, 4, 3, 2):
         for _ in range(2):
-            image[:height // 2, x:x + stripe] = (30, 30, 30)
+            image[: height // 2, x : x + stripe] = (30, 30, 30)
             x += 2 * stripe
-    y, x = np.mgrid[0:height - height // 2, 0:width]
-    image[height // 2:] = np.where(((x // 8 + y // 8) % 2 == 0)[..., None], (200, 40, 160), (40, 200, 60))
+    y, x = np.mgrid[0 : height - height // 2, 0:width]
+    image[height // 2 :] = np.where(((x // 8 + y // 8) % 2 == 0)[..., None], (200, 40, 160), (40, 200, 60))
     return image
 
 

@@ -1,4 +1,5 @@
 """Finding image files and decoding them to 8-bit RGB arrays."""
+
 from __future__ import annotations
 
 import logging
@@ -21,15 +22,15 @@ MAX_IMAGE_PIXELS = 2 * 89_478_485
 
 def check_pixels(path: Path, width: int, height: int) -> None:
     if width * height > MAX_IMAGE_PIXELS:
-        raise SrganError(f"{path}: {width}x{height} is {width * height:,} pixels, more than the limit of "
-                         f"{MAX_IMAGE_PIXELS:,} (a decompression bomb, or an image to cut into parts first)")
+        raise SrganError(
+            f"{path}: {width}x{height} is {width * height:,} pixels, more than the limit of "
+            f"{MAX_IMAGE_PIXELS:,} (a decompression bomb, or an image to cut into parts first)"
+        )
 
 
 def find_images(folder: Path) -> list[Path]:
     """Every file below `folder` with an image extension, in a stable order."""
-    return sorted(
-        p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()
-    )
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
 
 
 def image_size(path: Path) -> tuple[int, int]:

@@ -17,6 +17,7 @@ the raw size, about twice DIV2K's PNGs (6.7 GB for its 800 training images).
 
 A dataset is written under a temporary name and renamed when complete: an
 interrupted or failed `srgan prepare` never leaves one that looks whole."""
+
 from __future__ import annotations
 
 import contextlib
@@ -72,8 +73,14 @@ class PreparedImages:
         usable = []
         for entry in entries:
             if min(entry["height"], entry["width"]) < min_side:
-                log.warning("skipping %s in %s: %dx%d is smaller than %d px", entry["name"], self.path,
-                            entry["width"], entry["height"], min_side)
+                log.warning(
+                    "skipping %s in %s: %dx%d is smaller than %d px",
+                    entry["name"],
+                    self.path,
+                    entry["width"],
+                    entry["height"],
+                    min_side,
+                )
                 continue
             usable.append(entry)
         if not usable:
@@ -94,7 +101,7 @@ class PreparedImages:
         entry = self.entries[i]
         height, width = entry["height"], entry["width"]
         start = entry["offset"]
-        return self._pixels[start:start + height * width * 3].reshape(height, width, 3)
+        return self._pixels[start : start + height * width * 3].reshape(height, width, 3)
 
     def select(self, indices: list[int]) -> PreparedImages:
         """The images at `indices` (in that order), as a set of their own."""
@@ -122,8 +129,10 @@ def read_index(path: Path, key: str = "data.train") -> list[dict]:
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise SrganError(f"{key}: {path}: not an srgan prepared dataset ({INDEX_NAME} does not say format: {FORMAT})")
     if index.get("version") != VERSION:
-        raise SrganError(f"{key}: {path}: prepared in format version {index.get('version')!r}; this srgan reads "
-                         f"version {VERSION}: prepare it again with `srgan prepare`")
+        raise SrganError(
+            f"{key}: {path}: prepared in format version {index.get('version')!r}; this srgan reads "
+            f"version {VERSION}: prepare it again with `srgan prepare`"
+        )
     entries, declared = index.get("images"), index.get("bytes")
     if not isinstance(entries, list) or not entries or not isinstance(declared, int):
         raise SrganError(f"{key}: {index_path}: damaged (no images or no byte count)")
@@ -134,23 +143,38 @@ def read_index(path: Path, key: str = "data.train") -> list[dict]:
     if not stat.S_ISREG(pixels.st_mode):
         raise SrganError(f"{key}: {pixels_path}: not a regular file")
     if pixels.st_size != declared:
-        raise SrganError(f"{key}: {pixels_path} is {pixels.st_size:,} bytes, its index says {declared:,}: the "
-                         "dataset is truncated or was changed; prepare it again")
+        raise SrganError(
+            f"{key}: {pixels_path} is {pixels.st_size:,} bytes, its index says {declared:,}: the "
+            "dataset is truncated or was changed; prepare it again"
+        )
     # Each image has pixels of its own, after the previous one's (as prepare
     # writes them): so the index cannot claim more images (more steps an
     # epoch) than the pixel file holds.
     end = 0
     for n, entry in enumerate(entries):
-        ok = isinstance(entry, dict) and isinstance(entry.get("name"), str) and all(
-            isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool) for k in ("height", "width", "offset"))
-        if not ok or min(entry["height"], entry["width"]) < 1 or entry["offset"] < 0 \
-                or entry["height"] * entry["width"] > MAX_IMAGE_PIXELS \
-                or entry["offset"] + entry["height"] * entry["width"] * 3 > declared:
-            raise SrganError(f"{key}: {index_path}: image {n} is damaged (name, height, width, offset within "
-                             f"{PIXELS_NAME})")
+        ok = (
+            isinstance(entry, dict)
+            and isinstance(entry.get("name"), str)
+            and all(
+                isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool)
+                for k in ("height", "width", "offset")
+            )
+        )
+        if (
+            not ok
+            or min(entry["height"], entry["width"]) < 1
+            or entry["offset"] < 0
+            or entry["height"] * entry["width"] > MAX_IMAGE_PIXELS
+            or entry["offset"] + entry["height"] * entry["width"] * 3 > declared
+        ):
+            raise SrganError(
+                f"{key}: {index_path}: image {n} is damaged (name, height, width, offset within {PIXELS_NAME})"
+            )
         if entry["offset"] < end:
-            raise SrganError(f"{key}: {index_path}: image {n} overlaps image {n - 1} in {PIXELS_NAME} (damaged or "
-                             "forged: each image's pixels follow the previous one's)")
+            raise SrganError(
+                f"{key}: {index_path}: image {n} overlaps image {n - 1} in {PIXELS_NAME} (damaged or "
+                "forged: each image's pixels follow the previous one's)"
+            )
         end = entry["offset"] + entry["height"] * entry["width"] * 3
     return entries
 
@@ -173,16 +197,22 @@ def prepare_dataset(sources: list[Path], out: Path, workers: int, force: bool = 
         entries, skipped, total = _write_pixels(paths, tmp / PIXELS_NAME, workers)
         if not entries:
             raise SrganError(f"{', '.join(map(str, sources))}: none of the {len(paths)} images can be decoded")
-        index = {"format": FORMAT, "version": VERSION, "images": entries, "bytes": total,
-                 "sources": [str(Path(s).resolve()) for s in sources]}
+        index = {
+            "format": FORMAT,
+            "version": VERSION,
+            "images": entries,
+            "bytes": total,
+            "sources": [str(Path(s).resolve()) for s in sources],
+        }
         _write_synced(tmp / INDEX_NAME, (json.dumps(index, indent=1) + "\n").encode())
         _replace(tmp, out, force)
     except OSError as error:
         if error.errno in FULL_DISK_ERRNOS:
             raise DiskFull(f"disk full at {tmp} ({error.strerror}); nothing was kept") from None
         if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
-            raise SrganError(f"-o {out}: exists (another srgan prepare wrote it meanwhile; use --force to replace "
-                             "it)") from None
+            raise SrganError(
+                f"-o {out}: exists (another srgan prepare wrote it meanwhile; use --force to replace it)"
+            ) from None
         raise SrganError(f"-o {out}: cannot be written ({first_line(error)})") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when it was renamed
@@ -210,8 +240,11 @@ def _write_pixels(paths: list[Path], target: Path, workers: int) -> tuple[list[d
     2 x workers images in memory, and append them to `target` in order."""
     entries, skipped, offset = [], 0, 0
     window = max(1, 2 * workers)
-    with open(target, "wb") as f, ThreadPoolExecutor(max_workers=max(1, workers)) as pool, \
-            tqdm(total=len(paths), unit="image", desc="prepare", dynamic_ncols=True) as bar:
+    with (
+        open(target, "wb") as f,
+        ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
+        tqdm(total=len(paths), unit="image", desc="prepare", dynamic_ncols=True) as bar,
+    ):
         pending = {n: pool.submit(try_load_rgb8, path) for n, path in enumerate(paths[:window])}
         for n, path in enumerate(paths):
             image = pending.pop(n).result()  # the future goes: the decoded image goes once written

@@ -1,5 +1,6 @@
 """`builtin:samples`: real photos that scikit-image installs with itself, so
 a run needs no download and no data of the user's."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -9,6 +9,7 @@ to write over an input, and over an existing file unless asked to
 the folder the caller named, so that a name built from user parts cannot
 escape it. `temporary_path` gives the same guarantees to writers that must
 open the file by name themselves (FFmpeg's muxers)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -29,9 +30,7 @@ class DiskFull(SrganError):
     """No room to write a file; the previous version of it is untouched."""
 
 
-def check_output(
-    path: Path, overwrite: bool = False, inputs: Iterable[Path] = (), folder: Path | None = None
-) -> Path:
+def check_output(path: Path, overwrite: bool = False, inputs: Iterable[Path] = (), folder: Path | None = None) -> Path:
     """Refuse a target that is an input, that exists (unless `overwrite`),
     that is a folder, or whose resolved path is not in `folder` (default: the
     folder its name says). Returns the resolved path. Checked again at the

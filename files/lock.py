@@ -4,6 +4,7 @@ lock when its process dies, however it dies, so a lock left by a killed run
 is recognised as stale and taken over; the file records who holds it, for
 the message the second process prints and for `srgan runs`, which reads it
 without locking."""
+
 from __future__ import annotations
 
 import errno
@@ -39,8 +40,9 @@ class RunLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         except OSError as error:
             if error.errno == errno.ELOOP:
-                raise SrganError(f"{self.path}: a symbolic link, not the lock file srgan writes; "
-                                 "remove it to use this run folder") from None
+                raise SrganError(
+                    f"{self.path}: a symbolic link, not the lock file srgan writes; remove it to use this run folder"
+                ) from None
             raise SrganError(f"{self.path.parent}: cannot be used as a run folder ({first_line(error)})") from None
         try:
             check_regular(self.path, os.fstat(fd).st_mode)
@@ -62,8 +64,9 @@ class RunLock:
         previous = _read_holder(fd)
         if previous.get("pid") and previous.get("pid") != os.getpid():
             log.info("%s: taking over the stale lock of %s, which is no longer running", self.path, _describe(previous))
-        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                             "since": time.strftime("%Y-%m-%d %H:%M:%S")})
+        record = json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        )
         try:  # who holds it, for the message of a second process; a full disk only costs that message
             os.ftruncate(fd, 0)
             os.pwrite(fd, record.encode() + b"\n", 0)

@@ -2,6 +2,7 @@
 the small text files of a run folder. A FIFO, a device or a link to one
 stands where a regular file is expected as easily as a damaged file does:
 neither may hang a command, read without end or end in a traceback."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,13 @@ from typing import Any
 
 from srgan.configs.errors import SrganError, first_line
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def check_regular(path: Path, mode: int) -> None:
@@ -98,8 +104,11 @@ def read_torch_file(path: Path, what: str = "checkpoint") -> Any:
                 f"srgan loads only tensors and plain values from a {what}"
             ) from None
         if "Weights only load failed" in text:  # the unpickler's own reason sits among its advice
-            reasons = [line.strip() for line in text.splitlines()
-                       if line.strip() and not line.startswith(("Weights only", "Please file", "Check the doc"))]
+            reasons = [
+                line.strip()
+                for line in text.splitlines()
+                if line.strip() and not line.startswith(("Weights only", "Please file", "Check the doc"))
+            ]
             reason = f"{error.__class__.__name__}: {reasons[0]}" if reasons else error.__class__.__name__
         else:
             reason = first_line(error)

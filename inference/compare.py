@@ -1,5 +1,6 @@
 """A side-by-side picture, bicubic | SR | original, of an HR photo whose LR
 version is made here: the quickest look at what a model does."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,8 +40,9 @@ def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(row[:-1], axis=1)
 
 
-def compare_picture(generator: SRGenerator, runtime: Runtime, image_path: Path, out_path: Path,
-                    force: bool = False) -> dict[str, float]:
+def compare_picture(
+    generator: SRGenerator, runtime: Runtime, image_path: Path, out_path: Path, force: bool = False
+) -> dict[str, float]:
     """Write bicubic | SR | original for one HR photo; returns their Y-channel PSNRs."""
     check_output(out_path, force, inputs=(image_path,))  # before the work
     try:
@@ -61,8 +63,11 @@ def compare_picture(generator: SRGenerator, runtime: Runtime, image_path: Path, 
 
     border = generator.scale
     scores = {"bicubic_psnr": psnr_y(chw(bicubic), chw(hr), border), "sr_psnr": psnr_y(chw(sr), chw(hr), border)}
-    panels = [labelled(bicubic, f"bicubic {scores['bicubic_psnr']:.2f} dB"),
-              labelled(sr, f"SR {scores['sr_psnr']:.2f} dB"), labelled(hr, "original")]
+    panels = [
+        labelled(bicubic, f"bicubic {scores['bicubic_psnr']:.2f} dB"),
+        labelled(sr, f"SR {scores['sr_psnr']:.2f} dB"),
+        labelled(hr, "original"),
+    ]
     write_png(side_by_side(panels), out_path, overwrite=force, inputs=(image_path,))
     return scores
 

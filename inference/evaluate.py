@@ -1,6 +1,7 @@
 """`srgan evaluate`: PSNR/SSIM of SR and of bicubic on folders of HR images (or single ones),
 in the literature's convention (the HR cropped to a multiple of the scale,
 its LR made by bicubic downscaling, Y channel, `scale` px shaved)."""
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,10 @@ def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Pat
                 raise SrganError(f"{folder}: no images in it")
         elif folder.is_file():
             if folder.suffix.lower() not in IMAGE_EXTENSIONS:
-                raise SrganError(f"{folder}: not an image (expected a folder of images or an image file: "
-                                 f"{', '.join(e.lstrip('.') for e in IMAGE_EXTENSIONS)})")
+                raise SrganError(
+                    f"{folder}: not an image (expected a folder of images or an image file: "
+                    f"{', '.join(e.lstrip('.') for e in IMAGE_EXTENSIONS)})"
+                )
             found = [folder]
         else:
             raise SrganError(f"{folder}: no such file or folder")
@@ -70,11 +73,13 @@ def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Pat
             continue
         lr = bicubic_downscale(hr, scale)
         sr, bicubic, hr8 = _chw(upscale_pixels(network, lr, runtime)), _chw(bicubic_upscale(lr, scale)), _chw(hr)
-        images.append({
-            "name": path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}",
-            "sr": {"psnr": psnr_y(sr, hr8, scale), "ssim": ssim_y(sr, hr8, scale)},
-            "bicubic": {"psnr": psnr_y(bicubic, hr8, scale), "ssim": ssim_y(bicubic, hr8, scale)},
-        })
+        images.append(
+            {
+                "name": path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}",
+                "sr": {"psnr": psnr_y(sr, hr8, scale), "ssim": ssim_y(sr, hr8, scale)},
+                "bicubic": {"psnr": psnr_y(bicubic, hr8, scale), "ssim": ssim_y(bicubic, hr8, scale)},
+            }
+        )
         images[-1]["gain_psnr"] = images[-1]["sr"]["psnr"] - images[-1]["bicubic"]["psnr"]
         folder_of.append(index)
     if not images:
@@ -84,10 +89,17 @@ def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Pat
         for index, folder in enumerate(folders):
             scored = [im for im, i in zip(images, folder_of, strict=True) if i == index]
             if scored and folder.is_dir():
-                per_folder.append({"folder": str(folder), "name": folder.name or str(folder), "images": len(scored),
-                                   **_means(scored)})
-    return {"scale": scale, "convention": CONVENTION.format(scale=scale), "images": images, "mean": _means(images),
-            "folders": per_folder, "failed": failed}
+                per_folder.append(
+                    {"folder": str(folder), "name": folder.name or str(folder), "images": len(scored), **_means(scored)}
+                )
+    return {
+        "scale": scale,
+        "convention": CONVENTION.format(scale=scale),
+        "images": images,
+        "mean": _means(images),
+        "folders": per_folder,
+        "failed": failed,
+    }
 
 
 def format_table(result: dict) -> str:

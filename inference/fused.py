@@ -1,6 +1,7 @@
 """The generator for inference: eval-mode BatchNorm is an affine map per
 channel, folded into the convolution before it. The same function, 33
 fewer operations for 16 blocks."""
+
 from __future__ import annotations
 
 import copy

@@ -1,5 +1,6 @@
 """Image files in and out of the upscaler, in kind: 8- or 16-bit, RGB or
 grayscale, with or without alpha, upright per EXIF; written atomically."""
+
 from __future__ import annotations
 
 import logging
@@ -184,6 +185,7 @@ def write_picture(picture: Picture, path: Path, quality: int = 95, **checks) -> 
 
         def save(f: BinaryIO) -> None:
             image.save(f, format=fmt, **options)
+
     write_file(path, save, **checks)
 
 
@@ -215,8 +217,8 @@ def _to_8bit(pixels: np.ndarray) -> np.ndarray:
         return pixels
     out = np.empty(pixels.shape, dtype=np.uint8)
     for start in range(0, pixels.shape[0], 512):
-        band = pixels[start:start + 512].astype(np.uint32)
-        out[start:start + 512] = (band + 128) // 257
+        band = pixels[start : start + 512].astype(np.uint32)
+        out[start : start + 512] = (band + 128) // 257
     return out
 
 

@@ -3,6 +3,7 @@ channel of BT.601 (as MATLAB's rgb2ycbcr), `scale` pixels shaved from each
 border, from 8-bit images (SR rounded as when it is saved). SSIM uses an
 11x11 Gaussian window, sigma 1.5, population covariances, as scikit-image's
 `structural_similarity(gaussian_weights=True, use_sample_covariance=False)`."""
+
 from __future__ import annotations
 
 import math

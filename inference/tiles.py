@@ -11,6 +11,7 @@ docs/tiling.md). Peak memory
 is set by the tile; the output is a preallocated integer array that each
 tile is converted into as it is pasted.
 """
+
 from __future__ import annotations
 
 import logging
@@ -161,17 +162,30 @@ def upscale_tiled(
 
 
 def _paste_tiles(
-    generator: SRGenerator, image: torch.Tensor, runtime: Runtime, out: np.ndarray, grid: list[Tile], progress: str | None
+    generator: SRGenerator,
+    image: torch.Tensor,
+    runtime: Runtime,
+    out: np.ndarray,
+    grid: list[Tile],
+    progress: str | None,
 ) -> None:
     scale, gray = generator.scale, out.ndim == 2
     # A bar inside the images' bar moves the cursor with ANSI codes: only on a terminal.
-    with tqdm(grid, desc=progress, unit="tile", leave=False, dynamic_ncols=True,
-              disable=progress is None or len(grid) == 1 or not sys.stderr.isatty()) as bar:
+    with tqdm(
+        grid,
+        desc=progress,
+        unit="tile",
+        leave=False,
+        dynamic_ncols=True,
+        disable=progress is None or len(grid) == 1 or not sys.stderr.isatty(),
+    ) as bar:
         for t in bar:
-            lr = image[:, t.context_top:t.context_bottom, t.context_left:t.context_right]
+            lr = image[:, t.context_top : t.context_bottom, t.context_left : t.context_right]
             with runtime.autocast():
                 sr = generator(runtime.tensor(lr[None]))
             # Keep the output of the tile's own cells only.
             top, left = scale * (t.top - t.context_top), scale * (t.left - t.context_left)
-            sr = sr[:, :, top:top + scale * (t.bottom - t.top), left:left + scale * (t.right - t.left)]
-            out[scale * t.top:scale * t.bottom, scale * t.left:scale * t.right] = to_output_pixels(sr, out.dtype, gray)
+            sr = sr[:, :, top : top + scale * (t.bottom - t.top), left : left + scale * (t.right - t.left)]
+            out[scale * t.top : scale * t.bottom, scale * t.left : scale * t.right] = to_output_pixels(
+                sr, out.dtype, gray
+            )

@@ -2,6 +2,7 @@
 overwrite inputs or existing files), then each image in kind (alpha,
 grayscale, 16-bit), tiled within a memory budget, and each video frame by
 frame (inference/video.py); a bad file is reported and skipped."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -70,10 +71,15 @@ def upscale_files(
     plan = plan_outputs(files, output, generator.scale, options)
     pad = generator.default_tile_pad if options.tile_pad is None else options.tile_pad
     if pad < generator.default_tile_pad and options.tile != 0:
-        log.warning("--tile-pad %d is below the %s generator's default %d (docs/tiling.md): tile seams may show",
-                    pad, generator.arch, generator.default_tile_pad)
-    log.info("upscaling %s x%s, %s", count_label(files), scale_label(generator.scale, options.outscale),
-             runtime.describe())
+        log.warning(
+            "--tile-pad %d is below the %s generator's default %d (docs/tiling.md): tile seams may show",
+            pad,
+            generator.arch,
+            generator.default_tile_pad,
+        )
+    log.info(
+        "upscaling %s x%s, %s", count_label(files), scale_label(generator.scale, options.outscale), runtime.describe()
+    )
     network = inference_network(generator, runtime)
     report = UpscaleReport(inputs=len(plan))
     for source, target in tqdm(plan, unit="image", desc="upscale", dynamic_ncols=True):
@@ -101,8 +107,9 @@ def upscale_files(
     return report
 
 
-def check_upscale_memory(source: Path | str, width: int, height: int, itemsize: int, scale: int,
-                         outscale: float | None) -> None:
+def check_upscale_memory(
+    source: Path | str, width: int, height: int, itemsize: int, scale: int, outscale: float | None
+) -> None:
     """Refuse an image whose upscaled arrays would not fit in the memory the
     system has available, before allocating them (the output is held whole:
     4000x3000 at x4 is 576 MB of RGB, --outscale 2000 would be terabytes)."""
@@ -190,8 +197,9 @@ def collect_inputs(inputs: list[Path]) -> list[Path]:
         if item.is_dir():
             found = sorted(find_images(item) + find_videos(item))
             if not found:
-                raise SrganError(f"{item}: a folder with no images or videos "
-                                 f"({', '.join(IMAGE_EXTENSIONS + VIDEO_EXTENSIONS)})")
+                raise SrganError(
+                    f"{item}: a folder with no images or videos ({', '.join(IMAGE_EXTENSIONS + VIDEO_EXTENSIONS)})"
+                )
             files.extend(found)
         elif item.is_file():
             files.append(item)
@@ -218,8 +226,25 @@ def scale_label(scale: int, outscale: float | None) -> str:
 
 # Extensions that name a file srgan cannot write: `-o result.gif` is a
 # mistake to report, not a folder to create.
-FOREIGN_EXTENSIONS = (*IMAGE_EXTENSIONS, *VIDEO_EXTENSIONS, ".gif", ".tga", ".ppm", ".pgm", ".pbm", ".ico", ".heic",
-                      ".avif", ".jxl", ".exr", ".hdr", ".dng", ".raw", ".pdf", ".svg")
+FOREIGN_EXTENSIONS = (
+    *IMAGE_EXTENSIONS,
+    *VIDEO_EXTENSIONS,
+    ".gif",
+    ".tga",
+    ".ppm",
+    ".pgm",
+    ".pbm",
+    ".ico",
+    ".heic",
+    ".avif",
+    ".jxl",
+    ".exr",
+    ".hdr",
+    ".dng",
+    ".raw",
+    ".pdf",
+    ".svg",
+)
 
 
 def plan_outputs(
@@ -232,17 +257,20 @@ def plan_outputs(
     named = output if output is not None and output.suffix.lower() in writable and not output.is_dir() else None
     names_a_file = named is not None  # -o names the one file to write
     if output is not None and not names_a_file and not output.is_dir() and output.suffix.lower() in FOREIGN_EXTENSIONS:
-        raise SrganError(f"-o {output}: cannot write {output.suffix} files; expected a folder, or a file name "
-                         f"ending in {', '.join(sorted(OUTPUT_FORMATS))} (images) or "
-                         f"{', '.join(sorted(VIDEO_CONTAINERS))} (videos)")
+        raise SrganError(
+            f"-o {output}: cannot write {output.suffix} files; expected a folder, or a file name "
+            f"ending in {', '.join(sorted(OUTPUT_FORMATS))} (images) or "
+            f"{', '.join(sorted(VIDEO_CONTAINERS))} (videos)"
+        )
     if output is not None and output.exists() and not output.is_dir() and not names_a_file:
         raise SrganError(f"-o {output}: a file that is not an image srgan writes; expected a folder")
     if names_a_file and len(files) > 1:
         raise SrganError(f"-o {output}: names one file, but there are {len(files)} inputs (give a folder)")
     if named is not None and files and is_video(files[0]) != (named.suffix.lower() in VIDEO_CONTAINERS):
         kind, expected = ("a video", VIDEO_CONTAINERS) if is_video(files[0]) else ("an image", OUTPUT_FORMATS)
-        raise SrganError(f"-o {output}: {files[0]} is {kind}; expected a file name ending in "
-                         f"{', '.join(sorted(expected))}")
+        raise SrganError(
+            f"-o {output}: {files[0]} is {kind}; expected a file name ending in {', '.join(sorted(expected))}"
+        )
     suffix = f"_x{scale_label(scale, options.outscale)}" if options.suffix is None else options.suffix
     if any(c in suffix for c in ("/", "\\", "\x00")):
         raise SrganError(f"--suffix {suffix!r}: expected a suffix for a file name, without '/'")
@@ -263,12 +291,16 @@ def plan_outputs(
         folder = (source.parent if output is None else output) if named is None else named.parent
         for written in video_outputs(target, options.compare) if is_video(source) else [target]:
             if written.exists() and _identity(written) in inputs:
-                raise SrganError(f"{written}: would overwrite an input {'video' if is_video(written) else 'image'}; "
-                                 "choose another -o or --suffix")
+                raise SrganError(
+                    f"{written}: would overwrite an input {'video' if is_video(written) else 'image'}; "
+                    "choose another -o or --suffix"
+                )
             resolved = check_output(written, options.force, (), folder)
             if resolved in claimed:
-                raise SrganError(f"{written}: both {claimed[resolved]} and {source} would be written there; "
-                                 "upscale them into separate folders")
+                raise SrganError(
+                    f"{written}: both {claimed[resolved]} and {source} would be written there; "
+                    "upscale them into separate folders"
+                )
             claimed[resolved] = source
     return plan
 

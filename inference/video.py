@@ -11,6 +11,7 @@ nothing behind.
 
 PyAV (the `video` extra; its wheels carry FFmpeg) is imported only when a
 video is met."""
+
 from __future__ import annotations
 
 import contextlib
@@ -134,7 +135,7 @@ def upscale_batch(network: SRGenerator, frames: list[np.ndarray], runtime: Runti
         with runtime.autocast():
             sr = network(runtime.tensor(images))
         for i in range(count):
-            out[i] = to_output_pixels(sr[i:i + 1], np.uint8, gray=False)
+            out[i] = to_output_pixels(sr[i : i + 1], np.uint8, gray=False)
         return out
     for i in range(count):  # upscale_tiled halves the tile on a CUDA out-of-memory error
         upscale_tiled(network, images[i], runtime, out[i], tile, pad)
@@ -176,16 +177,34 @@ def upscale_video(
         threads = 1 if runtime.device.type == "cpu" else 0
         # The upscaled clip gets the sound; the comparison (bicubic | SR) is for the eyes.
         # Without a comparison there is one target, and zip stops after it.
-        sinks = [_Sink(av, temp, path, size, _time_base(video), _rate(video), options.crf, threads,
-                       [] if compare else sound, compare)
-                 for temp, path, compare in zip(temps, targets, (False, True), strict=False)]
+        sinks = [
+            _Sink(
+                av,
+                temp,
+                path,
+                size,
+                _time_base(video),
+                _rate(video),
+                options.crf,
+                threads,
+                [] if compare else sound,
+                compare,
+            )
+            for temp, path, compare in zip(temps, targets, (False, True), strict=False)
+        ]
         for sink in sinks:
             stack.callback(sink.close)
         job = _Job(batch, take_turns=TAKE_TURNS_ON_CPU and runtime.device.type == "cpu")
         decoder = _Worker("srgan-decode", lambda: _decode(av, source, clip, video, sound, job), job)
         encoder = _Worker("srgan-encode", lambda: _encode(source, sinks, job), job)
-        bar = tqdm(total=video.frames or None, unit="frame", desc=source.name, leave=False, dynamic_ncols=True,
-                   disable=not sys.stderr.isatty())  # a bar inside the files' bar needs a terminal
+        bar = tqdm(
+            total=video.frames or None,
+            unit="frame",
+            desc=source.name,
+            leave=False,
+            dynamic_ncols=True,
+            disable=not sys.stderr.isatty(),
+        )  # a bar inside the files' bar needs a terminal
         stack.callback(bar.close)
         job.run([decoder, encoder], lambda: _upscale_frames(network, runtime, batch, tile, pad, job, bar))
     return targets
@@ -200,8 +219,12 @@ def _streams(av, source: Path, clip) -> tuple[VideoStream, list[AudioStream]]:
         log.warning("%s: has %d video streams; only the first is upscaled", source, len(videos))
     others = len(clip.streams) - len(clip.streams.video) - len(clip.streams.audio)
     if others:
-        log.warning("%s: %d subtitle or data stream%s not carried over (only the video and its sound are)",
-                    source, others, "" if others == 1 else "s")
+        log.warning(
+            "%s: %d subtitle or data stream%s not carried over (only the video and its sound are)",
+            source,
+            others,
+            "" if others == 1 else "s",
+        )
     return videos[0], list(clip.streams.audio)
 
 
@@ -297,6 +320,7 @@ class _Job:
         can crash FFmpeg (a SIGTERM test ended in SIGSEGV). A second
         interrupt ends the wait. (An event, not join: in Python 3.11 an
         interrupted join takes a running thread for ended, bpo-45274.)"""
+
         def wait() -> None:
             for worker in workers:
                 worker.ended.wait()
@@ -345,8 +369,10 @@ def _decode(av, source: Path, clip, video, sound: list, job: _Job) -> None:
                 continue
             for frame in packet.decode():  # the empty packet at the end flushes the decoder
                 if (frame.width, frame.height) != size:
-                    raise SrganError(f"{source}: the frame size changes from {size[0]}x{size[1]} to "
-                                     f"{frame.width}x{frame.height} inside the clip; srgan cannot upscale that")
+                    raise SrganError(
+                        f"{source}: the frame size changes from {size[0]}x{size[1]} to "
+                        f"{frame.width}x{frame.height} inside the clip; srgan cannot upscale that"
+                    )
                 # Containers without timestamps (some AVIs): one frame duration after the last.
                 pts = frame.pts if frame.pts is not None else (0 if last_pts is None else last_pts + step)
                 if last_pts is not None and pts <= last_pts:
@@ -360,11 +386,16 @@ def _decode(av, source: Path, clip, video, sound: list, job: _Job) -> None:
     # stops: its header says how long it should be.
     expected, end = _expected_seconds(video), float((last_pts or 0) * time_base)
     if expected is not None and end < expected - max(0.5, float(2 / rate)):
-        raise SrganError(f"{source}: truncated or damaged: its frames end at {end:.2f} s, its header says "
-                         f"{expected:.2f} s")
+        raise SrganError(
+            f"{source}: truncated or damaged: its frames end at {end:.2f} s, its header says {expected:.2f} s"
+        )
     if repeated:
-        log.warning("%s: %d frame%s with the timestamp of an earlier one left out", source, repeated,
-                    "" if repeated == 1 else "s")
+        log.warning(
+            "%s: %d frame%s with the timestamp of an earlier one left out",
+            source,
+            repeated,
+            "" if repeated == 1 else "s",
+        )
     job.decoded.put(_END)
 
 
@@ -391,8 +422,9 @@ def _rate(video) -> Fraction:
     return Fraction(rate.numerator, rate.denominator) if rate else Fraction(25)
 
 
-def _upscale_frames(network: SRGenerator, runtime: Runtime, batch: int, tile: int, pad: int, job: _Job,
-                    bar: tqdm) -> None:
+def _upscale_frames(
+    network: SRGenerator, runtime: Runtime, batch: int, tile: int, pad: int, job: _Job, bar: tqdm
+) -> None:
     """The network's thread: frames in batches of `batch`; sound packets
     passed straight on to the encoder."""
     pending: list[_Frame] = []
@@ -458,8 +490,19 @@ class _Sink:
     """One output file: H.264 yuv420p at the input's timestamps, plus copies
     of the sound streams given; with `compare`, bicubic | SR side by side."""
 
-    def __init__(self, av, temp: Path, target: Path, size: tuple[int, int], time_base: Fraction, rate: Fraction,
-                 crf: int, threads: int, sound: list, compare: bool):
+    def __init__(
+        self,
+        av,
+        temp: Path,
+        target: Path,
+        size: tuple[int, int],
+        time_base: Fraction,
+        rate: Fraction,
+        crf: int,
+        threads: int,
+        sound: list,
+        compare: bool,
+    ):
         self.target, self.size, self.time_base, self.compare = target, size, time_base, compare
         self.av = av
         fmt = VIDEO_CONTAINERS[target.suffix.lower()]
@@ -467,8 +510,9 @@ class _Sink:
         options = {"movflags": "+faststart"} if fmt in ("mp4", "mov") else {}
         try:
             self.container = av.open(str(temp), "w", format=fmt, options=options)
-            self.video = self.container.add_stream("libx264", rate=rate,
-                                                   options={"crf": str(crf), "threads": str(threads)})
+            self.video = self.container.add_stream(
+                "libx264", rate=rate, options={"crf": str(crf), "threads": str(threads)}
+            )
         except (av.FFmpegError, ValueError) as error:  # ValueError: an FFmpeg built without libx264
             raise SrganError(f"{target}: cannot be written as H.264 ({first_line(error)})") from None
         self.video.width = 2 * size[0] if compare else size[0]
@@ -485,8 +529,10 @@ class _Sink:
         for stream in sound:
             codec = stream.codec_context.name
             if codec not in self.container.supported_codecs:
-                raise SrganError(f"{target}: {codec} sound cannot be copied into a {target.suffix} file without "
-                                 "re-encoding it (give -o NAME.mkv)")
+                raise SrganError(
+                    f"{target}: {codec} sound cannot be copied into a {target.suffix} file without "
+                    "re-encoding it (give -o NAME.mkv)"
+                )
             self.sound[stream.index] = self.container.add_stream_from_template(stream)
         self.started = self.finished = False
 
@@ -513,8 +559,13 @@ class _Sink:
         if hasattr(self.video, "set_display_rotation"):  # PyAV >= 18
             self.video.set_display_rotation(degrees)
         else:
-            log.warning("%s: the input is shown turned by %d degrees; this PyAV (%s) cannot mark the output so "
-                        "(PyAV >= 18 can)", self.target, degrees, self.av.__version__)
+            log.warning(
+                "%s: the input is shown turned by %d degrees; this PyAV (%s) cannot mark the output so "
+                "(PyAV >= 18 can)",
+                self.target,
+                degrees,
+                self.av.__version__,
+            )
 
     def copy(self, packet) -> None:
         """A sound packet, as it is: no decoding, no re-encoding."""

@@ -1,4 +1,5 @@
 """The generator's and discriminator's objectives."""
+
 from srgan.losses.adversarial import OBJECTIVES, Objective, discriminator_loss, generator_adversarial_loss
 from srgan.losses.criterion import GeneratorCriterion
 from srgan.losses.perceptual import VGGFeatures, build_vgg_features, perceptual_loss

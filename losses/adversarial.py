@@ -14,6 +14,7 @@ targets swapped, so its term needs D(x) too (the step computes it under the
 updated D, without gradient). In D's loss each mean E[.] is a constant, as
 BasicSR's ESRGANModel (which trained the published weights) takes it: the
 gradient reaches D through C(x) in the first half and C(G(z)) in the second."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,5 +1,6 @@
 """GeneratorCriterion: the generator's objective, a weighted sum of image,
 adversarial, perceptual (VGG) and total-variation terms."""
+
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,10 @@ class GeneratorCriterion(nn.Module):
         self.vgg = vgg if self.weights["perceptual"] > 0 else None
 
     def forward(
-        self, sr: torch.Tensor, hr: torch.Tensor, fake_logit: torch.Tensor | None,
+        self,
+        sr: torch.Tensor,
+        hr: torch.Tensor,
+        fake_logit: torch.Tensor | None,
         real_logit: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """`fake_logit` is D(G(z)) under the current D; None leaves the

@@ -1,5 +1,6 @@
 """The VGG perceptual loss: the distance (MSE, or L1 as ESRGAN) between frozen
 VGG feature maps of SR and HR, at one layer or a weighted sum over several."""
+
 from __future__ import annotations
 
 import logging
@@ -109,7 +110,9 @@ def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
             log.warning(
                 "loss.perceptual.weights: auto: no ImageNet %s weights in %s; the perceptual loss uses "
                 "randomly initialised features (put %s there for the real thing)",
-                config.network, cached.parent, cached.name,
+                config.network,
+                cached.parent,
+                cached.name,
             )
             return VGGFeatures(config.network, layers, None)
         if not cached.is_file():
@@ -143,8 +146,7 @@ def _with_weights(config: PerceptualConfig, state: dict[str, torch.Tensor], orig
         return VGGFeatures(config.network, layers, state)
     except (RuntimeError, TypeError, AttributeError, ValueError) as error:  # missing keys, wrong shapes or types
         raise SrganError(
-            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {deepest} "
-            f"({first_line(error)})"
+            f"loss.perceptual.weights: {origin}: does not fit {config.network} up to {deepest} ({first_line(error)})"
         ) from None
 
 
@@ -154,7 +156,7 @@ def _features_part(state: object, count: int, origin: str) -> dict[str, torch.Te
     if not isinstance(state, dict):
         raise SrganError(f"loss.perceptual.weights: {origin}: expected a state dict")
     if any(str(k).startswith("features.") for k in state):
-        state = {k[len("features."):]: v for k, v in state.items() if k.startswith("features.")}
+        state = {k[len("features.") :]: v for k, v in state.items() if k.startswith("features.")}
     wanted = {}
     for key, value in state.items():
         head = str(key).split(".")[0]

@@ -1,4 +1,5 @@
 """Image (pixel) loss and total variation."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """The networks (the generators SRResNet, RRDBNet and SRVGGNetCompact, the
 discriminators), their checkpoints, and the device/precision they run in."""
+
 from srgan.models.build import SRGenerator, build_generator
 from srgan.models.checkpoint import (
     generator_from_checkpoint,

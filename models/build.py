@@ -1,5 +1,6 @@
 """The generator a config describes: every architecture srgan trains, in one
 `match` (no registry: a reader finds them all here)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -7,6 +7,7 @@ against the config limits before a network is built, its tensors against the
 shapes that config implies (on the meta device: nothing is allocated), and
 its numbers for finiteness. The first problem found is reported, naming the
 file and the key."""
+
 from __future__ import annotations
 
 import random
@@ -109,8 +110,14 @@ def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> No
         check_state_dict(state["discriminator"], discriminator, f"{origin}: discriminator")
         check_adam_state(state["optimizer_g"], generator, f"{origin}: optimizer_g")
         check_adam_state(state["optimizer_d"], discriminator, f"{origin}: optimizer_d")
-        for key, least in (("step", 0), ("epoch", 1), ("epoch_keys", 0), ("best_step", 0),
-                           ("validated_step", -1), ("closed_step", -1)):
+        for key, least in (
+            ("step", 0),
+            ("epoch", 1),
+            ("epoch_keys", 0),
+            ("best_step", 0),
+            ("validated_step", -1),
+            ("closed_step", -1),
+        ):
             value = state.get(key, least)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise SrganError(f"{origin}: {key}: expected an integer of at least {least}, got {value!r}")
@@ -120,8 +127,11 @@ def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> No
         if not isinstance(state.get("scaler", {}), dict):
             raise SrganError(f"{origin}: scaler: expected a mapping")
         last = state.get("last_validation", {})
-        if last and not (isinstance(last, dict) and isinstance(last.get("step"), int)
-                         and all(isinstance(last.get(k), (int, float)) for k in ("psnr", "ssim", "best"))):
+        if last and not (
+            isinstance(last, dict)
+            and isinstance(last.get("step"), int)
+            and all(isinstance(last.get(k), (int, float)) for k in ("psnr", "ssim", "best"))
+        ):
             raise SrganError(f"{origin}: last_validation: expected step, psnr, ssim and best")
         check_metric_state(state.get("metrics", {}), f"{origin}: metrics")
         if "rng" in state:
@@ -138,8 +148,10 @@ def check_state_dict(weights: Any, module: torch.nn.Module, origin: str) -> None
         if name not in weights:
             raise SrganError(f"{origin}: lacks {name} (the config's networks need it)")
         if weights[name].shape != tensor.shape:
-            raise SrganError(f"{origin}: {name} has shape {list(weights[name].shape)}, the config's networks "
-                             f"need {list(tensor.shape)}")
+            raise SrganError(
+                f"{origin}: {name} has shape {list(weights[name].shape)}, the config's networks "
+                f"need {list(tensor.shape)}"
+            )
         if weights[name].dtype.is_floating_point != tensor.dtype.is_floating_point:
             raise SrganError(f"{origin}: {name} is {weights[name].dtype}, expected {tensor.dtype}")
     unexpected = [name for name in weights if name not in expected]
@@ -151,15 +163,20 @@ def check_state_dict(weights: Any, module: torch.nn.Module, origin: str) -> None
 def check_finite(weights: dict[str, torch.Tensor], origin: str) -> None:
     for name, tensor in weights.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            raise SrganError(f"{origin}: {name} holds NaN or infinite values (the run diverged before this "
-                             "checkpoint?); it would produce garbage")
+            raise SrganError(
+                f"{origin}: {name} holds NaN or infinite values (the run diverged before this "
+                "checkpoint?); it would produce garbage"
+            )
 
 
 def check_adam_state(state: Any, module: torch.nn.Module, origin: str) -> None:
     """An Adam state_dict for `module`'s parameters, in their order."""
     shapes = [p.shape for p in module.parameters()]
-    if not isinstance(state, dict) or not isinstance(state.get("state"), dict) \
-            or not isinstance(state.get("param_groups"), list):
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("state"), dict)
+        or not isinstance(state.get("param_groups"), list)
+    ):
         raise SrganError(f"{origin}: expected an optimizer state (state, param_groups)")
     indices = []
     for group in state["param_groups"]:
@@ -174,8 +191,9 @@ def check_adam_state(state: Any, module: torch.nn.Module, origin: str) -> None:
         for name in ("exp_avg", "exp_avg_sq"):
             value = entry.get(name)
             if not isinstance(value, torch.Tensor) or value.shape != shapes[index]:
-                raise SrganError(f"{origin}: state {index}: {name} does not match its parameter's shape "
-                                 f"{list(shapes[index])}")
+                raise SrganError(
+                    f"{origin}: state {index}: {name} does not match its parameter's shape {list(shapes[index])}"
+                )
         if not isinstance(entry.get("step"), (torch.Tensor, int, float)):
             raise SrganError(f"{origin}: state {index}: lacks its step count")
         check_finite({f"state {index}": entry["exp_avg"], f"state {index} sq": entry["exp_avg_sq"]}, origin)
@@ -211,8 +229,10 @@ def check_metric_state(metrics: Any, origin: str) -> None:
     """The epoch's running sums of the logged values (see training/logs.py)."""
     ok = isinstance(metrics, dict) and all(
         isinstance(metrics.get(part, {}), dict)
-        and all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
-                for k, v in metrics.get(part, {}).items())
+        and all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            for k, v in metrics.get(part, {}).items()
+        )
         for part in ("sums", "counts")
     )
     if not ok:

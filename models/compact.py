@@ -10,6 +10,7 @@ laid out as Real-ESRGAN's `SRVGGNetCompact` so that its weights load with
 
 Every layer runs at the input's size; only the shuffle makes it larger.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

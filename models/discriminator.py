@@ -1,6 +1,7 @@
 """The SRGAN discriminator (Ledig et al. 2017, fig. 4), and the one function
 that builds the discriminator a config names (the others have a file each:
 discriminator_vgg.py, discriminator_unet.py)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -36,9 +37,7 @@ class Discriminator(nn.Module):
         super().__init__()
         layers: list[nn.Module] = []
         c_in = 3
-        for i, (c_out, stride) in enumerate(
-            [(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1), (8, 2)]
-        ):
+        for i, (c_out, stride) in enumerate([(1, 1), (1, 2), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1), (8, 2)]):
             c_out *= channels
             layers.append(nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1))
             if i > 0:

@@ -4,6 +4,7 @@ per pixel. Parameter names as Real-ESRGAN's (BasicSR's), so that its state
 dicts (RealESRGAN_x4plus_netD.pth) load with strict=True: spectral norm is
 torch.nn.utils.spectral_norm, whose weights are weight_orig, weight_u and
 weight_v."""
+
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,7 @@
 """ESRGAN's discriminator: BasicSR's `VGGStyleDiscriminator` (Wang et al.
 2018, after Ledig et al. 2017), with BasicSR's parameter names so that its
 state dicts load with strict=True."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """SRResNet, the SRGAN generator (Ledig et al. 2017, fig. 4)."""
+
 from __future__ import annotations
 
 import math
@@ -66,8 +67,16 @@ class Generator(nn.Module):
     arch = "srresnet"
     tile_align = 1  # translation-equivariant: a tile may start anywhere
 
-    def __init__(self, scale: int = 4, blocks: int = 16, channels: int = 64, norm: str = "batch",
-                 residual: str = "none", res_scale: float = 1.0, icnr: bool = False):
+    def __init__(
+        self,
+        scale: int = 4,
+        blocks: int = 16,
+        channels: int = 64,
+        norm: str = "batch",
+        residual: str = "none",
+        res_scale: float = 1.0,
+        icnr: bool = False,
+    ):
         super().__init__()
         if scale not in (2, 4, 8):
             raise ValueError(f"scale must be 2, 4 or 8, not {scale}")
@@ -91,8 +100,7 @@ class Generator(nn.Module):
     @classmethod
     def from_config(cls, model: ModelConfig) -> Generator:
         """The generator a config's `model` section describes."""
-        return cls(model.scale, model.blocks, model.channels, model.norm, model.residual, model.res_scale,
-                   model.icnr)
+        return cls(model.scale, model.blocks, model.channels, model.norm, model.residual, model.res_scale, model.icnr)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.head(x)
@@ -213,6 +221,6 @@ def tail_before_shuffle(weight: torch.Tensor) -> torch.Tensor:
                 for px in range(2):
                     top = half + 1 - 2 * reach + py - qy
                     left = half + 1 - 2 * reach + px - qx
-                    phases.append(padded[:, :, top:top + 2 * size - 1:2, left:left + 2 * size - 1:2])
+                    phases.append(padded[:, :, top : top + 2 * size - 1 : 2, left : left + 2 * size - 1 : 2])
             rows.append(torch.stack(phases, dim=2).flatten(1, 2))  # 3 x 4C x s x s, channel 4c + p
     return torch.stack(rows, dim=1).flatten(0, 1)  # 12 x 4C x s x s, channel 4o + q

@@ -10,6 +10,7 @@ a bare state dict of the same SRResNet under other names.
 Both networks end in (tanh(x) + 1) / 2, so the mapped weights give the same
 outputs.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,11 +45,15 @@ def generator_from_leftthomas(state: dict[str, torch.Tensor], origin: str = "sta
     channels = state["block1.0.weight"].shape[0]
     for key, value in (("model.blocks", blocks), ("model.channels", channels)):
         if value > LIMITS[key]:
-            raise SrganError(f"{origin}: a leftthomas/SRGAN generator of {value} {key.split('.')[1]}, more than "
-                             f"srgan's limit of {LIMITS[key]}")
+            raise SrganError(
+                f"{origin}: a leftthomas/SRGAN generator of {value} {key.split('.')[1]}, more than "
+                f"srgan's limit of {LIMITS[key]}"
+            )
     if stages not in (1, 2, 3) or f"{last}.{stages}.weight" not in state or f"{end}.0.weight" not in state:
-        raise SrganError(f"{origin}: a leftthomas/SRGAN state dict without the expected "
-                         f"{end}.0 (conv), {last}.N.conv (x2 stages) and {last}.N (last conv) keys")
+        raise SrganError(
+            f"{origin}: a leftthomas/SRGAN state dict without the expected "
+            f"{end}.0 (conv), {last}.N.conv (x2 stages) and {last}.N (last conv) keys"
+        )
     renamed = {}
     for key, tensor in state.items():
         new = _rename(key, blocks, stages)
@@ -60,7 +65,8 @@ def generator_from_leftthomas(state: dict[str, torch.Tensor], origin: str = "sta
         generator.load_state_dict(renamed)
     except RuntimeError as error:
         raise SrganError(
-            f"{origin}: leftthomas/SRGAN weights that do not fit an SRResNet ({first_line(error)})") from None
+            f"{origin}: leftthomas/SRGAN weights that do not fit an SRResNet ({first_line(error)})"
+        ) from None
     return generator
 
 
@@ -85,4 +91,4 @@ def _rename(key: str, blocks: int, stages: int) -> str | None:
 
 def _strip_module(key: str) -> str:
     # Saved from a DataParallel-wrapped model.
-    return key[len("module."):] if key.startswith("module.") else key
+    return key[len("module.") :] if key.startswith("module.") else key

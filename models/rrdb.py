@@ -13,6 +13,7 @@ No BatchNorm; LeakyReLU(0.2); residuals scaled by 0.2. The body always
 works at a quarter of the output's size: x4 on the input as it is, x2 and
 x1 (Real-ESRGAN's) on the input pixel-unshuffled by 2 or 4.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -153,4 +154,3 @@ class RRDBNet(nn.Module):
         which would make every tile nearly the whole image. The same context
         on the body's grid at every scale: 32 at x4, 64 at x2, 128 at x1."""
         return TILE_PAD * self.unshuffle
-

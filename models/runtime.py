@@ -1,5 +1,6 @@
 """Where and in which precision the networks run: `auto` resolved once, the
 same rules for training and upscaling."""
+
 from __future__ import annotations
 
 import contextlib
@@ -53,8 +54,12 @@ class Runtime:
         return f"device {where}, precision {self.precision}, {layout}"
 
 
-def resolve_runtime(device: str = "auto", precision: str = "auto", channels_last: bool = True,
-                    keys: tuple[str, str] = ("--device", "--precision")) -> Runtime:
+def resolve_runtime(
+    device: str = "auto",
+    precision: str = "auto",
+    channels_last: bool = True,
+    keys: tuple[str, str] = ("--device", "--precision"),
+) -> Runtime:
     """`device` auto: CUDA when available. `precision` auto: bf16 where the
     device runs it fast (CUDA with bf16 support, a CPU with AMX or
     AVX512-BF16), else fp32. fp16 is CUDA only (CPU fp16 is slow and lossy).
@@ -63,8 +68,10 @@ def resolve_runtime(device: str = "auto", precision: str = "auto", channels_last
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SrganError(f"{device_key} {device}: no CUDA device is available (use auto or cpu)")
     if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
-        raise SrganError(f"{device_key} {device}: this machine has {torch.cuda.device_count()} CUDA devices (0 to "
-                         f"{torch.cuda.device_count() - 1})")
+        raise SrganError(
+            f"{device_key} {device}: this machine has {torch.cuda.device_count()} CUDA devices (0 to "
+            f"{torch.cuda.device_count() - 1})"
+        )
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     chosen = torch.device(device)
@@ -103,8 +110,9 @@ def is_out_of_memory(error: BaseException) -> bool:
     allocator's (a RuntimeError of its own)."""
     if isinstance(error, (MemoryError, torch.cuda.OutOfMemoryError)):
         return True
-    return isinstance(error, RuntimeError) and ("can't allocate memory" in str(error)
-                                                or "DefaultCPUAllocator" in str(error))
+    return isinstance(error, RuntimeError) and (
+        "can't allocate memory" in str(error) or "DefaultCPUAllocator" in str(error)
+    )
 
 
 def set_deterministic(enabled: bool) -> None:

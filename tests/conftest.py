@@ -1,5 +1,6 @@
 """Shared fixtures: small real photos and the overrides that make a
 training run tiny (a few seconds on two cores)."""
+
 from __future__ import annotations
 
 import os
@@ -71,7 +72,11 @@ def run_process(*args: str, cwd: Path | None = None, timeout: float = 300) -> su
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run(
         [sys.executable, "-m", "srgan.cli", *args],
-        capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
     )
 
 

@@ -2,6 +2,7 @@
 optimizer step. Without BatchNorm in the generator (and with a D that judges
 each image alone) that is the update of one batch of B; logged values are the
 batch's means; and a resumed run still equals the run never stopped."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,9 +17,20 @@ from srgan.training.loop import build_parts
 from srgan.training.step import gan_step, generator_step
 from test_reproducibility import assert_same_checkpoints
 
-TINY = ["model.blocks=2", "model.channels=8", "model.d_channels=8", "model.norm=none", "data.crop_size=32",
-        "data.batch_size=4", "loss.perceptual.weights=none", "loss.perceptual.layer=relu2_2",
-        "loss.weights.perceptual=0.01", "loss.weights.adversarial=0.01", "train.precision=fp32", "train.device=cpu"]
+TINY = [
+    "model.blocks=2",
+    "model.channels=8",
+    "model.d_channels=8",
+    "model.norm=none",
+    "data.crop_size=32",
+    "data.batch_size=4",
+    "loss.perceptual.weights=none",
+    "loss.perceptual.layer=relu2_2",
+    "loss.weights.perceptual=0.01",
+    "loss.weights.adversarial=0.01",
+    "train.precision=fp32",
+    "train.device=cpu",
+]
 
 
 def parts_for(accumulate: int, *extra: str):
@@ -66,8 +78,11 @@ def test_micro_batches_give_the_update_of_the_whole_batch_gan(d_kind, update):
         parts.discriminator.eval()
     stats_whole, stats_micro = gan_step(whole, *batch()), gan_step(micro, *batch())
     assert_same_update(whole, micro)
-    assert set(stats_whole) == set(stats_micro) == {"d_loss", "g_loss", "d_score", "g_score", "image",
-                                                      "adversarial", "perceptual", "tv"}
+    assert (
+        set(stats_whole)
+        == set(stats_micro)
+        == {"d_loss", "g_loss", "d_score", "g_score", "image", "adversarial", "perceptual", "tv"}
+    )
     for name in stats_whole:
         assert stats_micro[name].item() == pytest.approx(stats_whole[name].item(), rel=1e-5), name
 
@@ -91,9 +106,21 @@ def test_batch_size_must_be_a_multiple_of_accumulate(srgan, tmp_path, photo_dir)
 def resumable(photo_dir, run_dir):
     """test_reproducibility's run (pretraining, then GAN steps, EMA, a
     milestone; epochs of 2 steps) with 2 micro-batches of 2."""
-    return load_config("demo", tiny_overrides(
-        photo_dir, run_dir, "train.epochs=10", "train.max_steps=5", "train.pretrain_steps=2", "train.ema_decay=0.5",
-        "train.lr_schedule.milestones=[4]", "data.batch_size=4", "data.repeat=3", "train.accumulate=2"))
+    return load_config(
+        "demo",
+        tiny_overrides(
+            photo_dir,
+            run_dir,
+            "train.epochs=10",
+            "train.max_steps=5",
+            "train.pretrain_steps=2",
+            "train.ema_decay=0.5",
+            "train.lr_schedule.milestones=[4]",
+            "data.batch_size=4",
+            "data.repeat=3",
+            "train.accumulate=2",
+        ),
+    )
 
 
 def test_a_resumed_run_with_accumulation_equals_the_run_never_stopped(photo_dir, tmp_path):

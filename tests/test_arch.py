@@ -4,6 +4,7 @@ keys a config may name with each, and every command with each (train with
 EMA, resume to the bit, upscale by tiles, evaluate, compare, video,
 sweeps, `srgan runs`). Tiny networks: rrdb 1 block x 8 channels, growth 4;
 compact 2 convs x 8 channels. DDP with each: tests/test_distributed.py."""
+
 from __future__ import annotations
 
 import json
@@ -29,12 +30,25 @@ CLASSES = {"rrdb": RRDBNet, "compact": SRVGGNetCompact}
 # ---- the networks --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch, scale", [("rrdb", 1), ("rrdb", 2), ("rrdb", 4), ("compact", 1), ("compact", 2),
-                                         ("compact", 3), ("compact", 4), ("compact", 8)])
+@pytest.mark.parametrize(
+    "arch, scale",
+    [
+        ("rrdb", 1),
+        ("rrdb", 2),
+        ("rrdb", 4),
+        ("compact", 1),
+        ("compact", 2),
+        ("compact", 3),
+        ("compact", 4),
+        ("compact", 8),
+    ],
+)
 def test_any_input_size_gives_scale_times_the_size(arch, scale):
     """Odd sides too: rrdb x1/x2 pad their input to the unshuffle factor and cut the padding's output off."""
-    model = load_config("demo", [f"model.arch={arch}", f"model.scale={scale}", "model.blocks=1", "model.channels=8",
-                                 "data.crop_size=48"]).model
+    model = load_config(
+        "demo",
+        [f"model.arch={arch}", f"model.scale={scale}", "model.blocks=1", "model.channels=8", "data.crop_size=48"],
+    ).model
     g = build_generator(model).eval()
     assert type(g) is CLASSES[arch] and g.scale == scale
     for height, width in ((13, 17), (1, 2), (16, 8)):
@@ -49,7 +63,7 @@ def dependency_reach(g: torch.nn.Module, size: int, offset: int) -> int:
     c = size // 2 // 4 * 4  # on a pixel-unshuffle group's start
     x = torch.rand(1, 3, size, size, dtype=torch.float64, requires_grad=True)
     s = g.scale
-    out = g(x)[0, :, c * s:(c + 1) * s, (c + offset) * s:(c + offset + 1) * s]
+    out = g(x)[0, :, c * s : (c + 1) * s, (c + offset) * s : (c + offset + 1) * s]
     (grad,) = torch.autograd.grad(out.sum(), x)
     columns = grad[0].abs().sum(dim=(0, 1)).nonzero().flatten()
     return int(max(c + offset - columns.min(), columns.max() - (c + offset)))
@@ -95,7 +109,7 @@ def test_rrdb_tiles_start_on_unshuffle_groups_and_match_the_whole_image():
         for p in g.body.parameters():
             p.normal_(0, 0.3)
     height, width = 230, 250
-    lr = torch.from_numpy(skimage_photo("astronaut")[100:100 + height, 150:150 + width].copy()).permute(2, 0, 1)
+    lr = torch.from_numpy(skimage_photo("astronaut")[100 : 100 + height, 150 : 150 + width].copy()).permute(2, 0, 1)
     lr = lr.float() / 255
     pad = g.receptive_radius
     grid = tile_grid(height, width, 50, pad, g.tile_align)
@@ -115,17 +129,20 @@ def test_rrdb_tiles_start_on_unshuffle_groups_and_match_the_whole_image():
 # ---- the keys a config names ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides, culprit", [
-    (["model.growth=16"], "model.growth: applies to model.arch rrdb only, not srresnet"),
-    (["model.arch=compact", "model.growth=16"], "model.growth: applies to model.arch rrdb only, not compact"),
-    (["model.arch=rrdb", "model.norm=none"], "model.norm: applies to model.arch srresnet only, not rrdb"),
-    (["model.arch=compact", "model.icnr=true"], "model.icnr: applies to model.arch srresnet only"),
-    (["model.arch=rrdb", "model.scale=8"], "model.scale: expected 1, 2 or 4 with model.arch rrdb, got 8"),
-    (["model.arch=rrdb", "model.scale=3"], "model.scale: expected 1, 2 or 4 with model.arch rrdb, got 3"),
-    (["model.scale=1"], "model.scale: expected 2, 4 or 8 with model.arch srresnet, got 1"),
-    (["model.arch=rrdb", "model.growth=0"], "model.growth: expected at least 1"),
-    (["model.arch=rrdb", "model.blocks=128", "model.channels=512"], "model: an rrdb of 128 blocks x 512 channels"),
-])
+@pytest.mark.parametrize(
+    "overrides, culprit",
+    [
+        (["model.growth=16"], "model.growth: applies to model.arch rrdb only, not srresnet"),
+        (["model.arch=compact", "model.growth=16"], "model.growth: applies to model.arch rrdb only, not compact"),
+        (["model.arch=rrdb", "model.norm=none"], "model.norm: applies to model.arch srresnet only, not rrdb"),
+        (["model.arch=compact", "model.icnr=true"], "model.icnr: applies to model.arch srresnet only"),
+        (["model.arch=rrdb", "model.scale=8"], "model.scale: expected 1, 2 or 4 with model.arch rrdb, got 8"),
+        (["model.arch=rrdb", "model.scale=3"], "model.scale: expected 1, 2 or 4 with model.arch rrdb, got 3"),
+        (["model.scale=1"], "model.scale: expected 2, 4 or 8 with model.arch srresnet, got 1"),
+        (["model.arch=rrdb", "model.growth=0"], "model.growth: expected at least 1"),
+        (["model.arch=rrdb", "model.blocks=128", "model.channels=512"], "model: an rrdb of 128 blocks x 512 channels"),
+    ],
+)
 def test_set_naming_a_key_of_another_arch_is_refused(srgan, overrides, culprit):
     assert_refused(srgan("config", "show", "demo", *set_args(overrides)), culprit)
 
@@ -150,8 +167,12 @@ def test_switching_arch_with_set_drops_the_presets_keys_of_another_arch():
 def test_the_compact_preset_is_real_esrgans_l1_stage_on_general_x4v3s_network():
     c = load_config("compact_x4")
     assert (c.model.arch, c.model.scale, c.model.blocks, c.model.channels) == ("compact", 4, 32, 64)
-    assert (c.loss.image, c.loss.weights.image, c.loss.weights.adversarial, c.loss.weights.perceptual) == \
-        ("l1", 1.0, 0.0, 0.0)
+    assert (c.loss.image, c.loss.weights.image, c.loss.weights.adversarial, c.loss.weights.perceptual) == (
+        "l1",
+        1.0,
+        0.0,
+        0.0,
+    )
     assert (c.train.lr_g, c.train.betas, c.train.ema_decay, c.train.max_steps) == (2e-4, [0.9, 0.99], 0.999, 1_000_000)
     assert (c.data.crop_size, c.data.batch_size) == (256, 12)
     assert sum(p.numel() for p in build_generator(c.model).parameters()) == 1_213_296
@@ -184,9 +205,21 @@ def test_a_checkpoint_of_before_arch_loads_as_srresnet():
 def arch_config(arch, photo_dir, val_dir, run_dir, max_steps, *extra):
     """Epochs of 2 steps: generator-only pretraining, then GAN steps, EMA and
     a milestone, so that resume must bring every state back."""
-    return load_config("demo", tiny_overrides(
-        photo_dir, run_dir, f"data.val={val_dir}", "train.epochs=10", f"train.max_steps={max_steps}",
-        "train.pretrain_steps=2", "train.ema_decay=0.5", "train.lr_schedule.milestones=[3]", *TINY[arch], *extra))
+    return load_config(
+        "demo",
+        tiny_overrides(
+            photo_dir,
+            run_dir,
+            f"data.val={val_dir}",
+            "train.epochs=10",
+            f"train.max_steps={max_steps}",
+            "train.pretrain_steps=2",
+            "train.ema_decay=0.5",
+            "train.lr_schedule.milestones=[3]",
+            *TINY[arch],
+            *extra,
+        ),
+    )
 
 
 @pytest.fixture(scope="module", params=["rrdb", "compact"])
@@ -281,5 +314,9 @@ def test_the_tiling_measurement_finds_seams_below_the_radius_and_none_at_it():
     assert rows[0]["max_diff_8bit"] > 1 and rows[0]["changed_pixels"] > 0
     assert rows[1]["max_diff_8bit"] < 0.01 and rows[1]["changed_pixels"] == 0
     assert smallest_pad(rows) == r
-    assert smallest_pad([{"pad": 2, "max_diff_8bit": 0.5}, {"pad": 4, "max_diff_8bit": 1.5},
-                         {"pad": 8, "max_diff_8bit": 0.2}]) == 8  # below from 8 on, not from 2
+    assert (
+        smallest_pad(
+            [{"pad": 2, "max_diff_8bit": 0.5}, {"pad": 4, "max_diff_8bit": 1.5}, {"pad": 8, "max_diff_8bit": 0.2}]
+        )
+        == 8
+    )  # below from 8 on, not from 2

@@ -1,4 +1,5 @@
 """The speed levers change no mathematics, and the bench reports what it measured."""
+
 import json
 from pathlib import Path
 
@@ -11,8 +12,15 @@ from srgan.models import resolve_runtime
 from srgan.training.loop import build_parts
 from srgan.training.step import gan_step
 
-TINY = ["model.blocks=1", "model.channels=8", "model.d_channels=8", "loss.perceptual.weights=none",
-        "loss.perceptual.layer=relu1_2", "train.precision=fp32", "train.device=cpu"]
+TINY = [
+    "model.blocks=1",
+    "model.channels=8",
+    "model.d_channels=8",
+    "loss.perceptual.weights=none",
+    "loss.perceptual.layer=relu1_2",
+    "train.precision=fp32",
+    "train.device=cpu",
+]
 
 
 def test_channels_last_computes_what_nchw_does():
@@ -54,14 +62,32 @@ def test_bench_refuses_a_yardstick_of_other_shapes(tmp_path):
     script = tmp_path / "yardstick.py"
     script.write_text("print('{}')\n")
     args = [a for v in TINY for a in ("--set", v)]
-    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1",
-                     "--yardstick", str(script))
+    result = run_cli(
+        "bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script)
+    )
     assert result.returncode == 2 and "its step has 16 blocks" in result.stderr
 
 
 def test_bench_upscale_reports_its_figures_and_matches_the_plain_forward():
-    result = run_cli("bench", "upscale", "--set", "model.blocks=1", "--set", "model.channels=8", "--size", "40x24",
-                     "--iters", "1", "--warmup", "0", "--device", "cpu", "--precision", "fp32", "--json")
+    result = run_cli(
+        "bench",
+        "upscale",
+        "--set",
+        "model.blocks=1",
+        "--set",
+        "model.channels=8",
+        "--size",
+        "40x24",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--device",
+        "cpu",
+        "--precision",
+        "fp32",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert (figures["width"], figures["height"], figures["scale"], figures["blocks"]) == (40, 24, 4, 1)
@@ -73,18 +99,28 @@ def test_bench_upscale_reports_its_figures_and_matches_the_plain_forward():
 
 def test_bench_compares_retain_graph_with_detach_in_one_run():
     args = [a for v in TINY for a in ("--set", v)]
-    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "2",
-                     "--compare-update", "--json")
+    result = run_cli(
+        "bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "2", "--compare-update", "--json"
+    )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["update"] == "retain_graph" and figures["detach_median_s_per_step"] > 0
     assert figures["retain_over_detach"] == figures["median_s_per_step"] / figures["detach_median_s_per_step"]
 
 
-ESRGAN_STEP = ["model.arch=rrdb", "model.growth=32",
-               "gan.discriminator=vgg", "gan.d_loss=relativistic", "model.channels=64", "model.d_channels=64",
-               "loss.perceptual.network=vgg19", "loss.perceptual.layer=conv5_4", "loss.perceptual.criterion=l1",
-               "train.precision=fp32", "train.device=cpu"]
+ESRGAN_STEP = [
+    "model.arch=rrdb",
+    "model.growth=32",
+    "gan.discriminator=vgg",
+    "gan.d_loss=relativistic",
+    "model.channels=64",
+    "model.d_channels=64",
+    "loss.perceptual.network=vgg19",
+    "loss.perceptual.layer=conv5_4",
+    "loss.perceptual.criterion=l1",
+    "train.precision=fp32",
+    "train.device=cpu",
+]
 YARDSTICK_ESRGAN = Path(__file__).resolve().parents[2] / "shared" / "bench" / "yardstick_esrgan.py"
 
 
@@ -93,8 +129,24 @@ def test_bench_times_the_esrgan_yardstick_on_the_same_shapes():
     """A config with ESRGAN's D and objective runs against yardstick_esrgan.py,
     which gets the same batch, crop, scale and --blocks."""
     args = [a for v in ESRGAN_STEP for a in ("--set", v)]
-    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--blocks", "1", "--iters", "1",
-                     "--warmup", "0", "--yardstick", str(YARDSTICK_ESRGAN), "--json")
+    result = run_cli(
+        "bench",
+        "train",
+        *args,
+        "--batch",
+        "2",
+        "--crop",
+        "32",
+        "--blocks",
+        "1",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--yardstick",
+        str(YARDSTICK_ESRGAN),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["yardstick"] == {"impl": "yardstick-esrgan", "batch": 2, "crop": 32, "scale": 4, "blocks": 1}
@@ -106,8 +158,12 @@ def test_bench_refuses_the_esrgan_yardstick_for_another_step(tmp_path):
     script = tmp_path / "yardstick_esrgan.py"
     script.write_text("print('{}')\n")
     args = [a for v in TINY for a in ("--set", v)]
-    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script))
+    result = run_cli(
+        "bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script)
+    )
     assert result.returncode == 2 and "yardstick_esrgan.py times ESRGAN's step" in result.stderr
     args = [a for v in [*ESRGAN_STEP, "loss.perceptual.criterion=mse"] for a in ("--set", v)]
-    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script))
+    result = run_cli(
+        "bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script)
+    )
     assert result.returncode == 2 and "an L1 perceptual loss on VGG19 conv5_4" in result.stderr

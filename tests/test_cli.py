@@ -1,4 +1,5 @@
 """`srgan` as a user runs it: real processes, real files, exit codes."""
+
 import csv
 import json
 import re
@@ -82,11 +83,15 @@ def test_upscale_a_451x300_photo_to_1804x1200(trained_run, tmp_path):
 
 def test_upscale_a_folder_into_an_output_folder(trained_run, photo_dir, tmp_path):
     run_dir, _ = trained_run
-    result = run_cli("upscale", str(photo_dir), "-k", str(run_dir / "checkpoints" / "last.pt"),
-                     "-o", str(tmp_path / "out"))
+    result = run_cli(
+        "upscale", str(photo_dir), "-k", str(run_dir / "checkpoints" / "last.pt"), "-o", str(tmp_path / "out")
+    )
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "astronaut_x4.png", "chelsea_x4.png", "coffee_x4.png"]
+        "astronaut_x4.png",
+        "chelsea_x4.png",
+        "coffee_x4.png",
+    ]
     assert Image.open(tmp_path / "out" / "coffee_x4.png").size == (512, 512)
 
 
@@ -109,10 +114,10 @@ def test_compare_writes_the_side_by_side_picture(trained_run, val_dir, tmp_path)
     # corner; below the box the original panel is the photo itself.
     picture = np.asarray(Image.open(out).convert("RGB"))
     for left in (0, 96 + 8, 2 * (96 + 8)):
-        box = picture[:8, left:left + 40]
+        box = picture[:8, left : left + 40]
         assert (box == 0).all(axis=-1).any() and (box.min(axis=-1) > 200).any()
     hr = np.asarray(Image.open(val_dir / "ihc.png").convert("RGB"))[:96, :96]
-    assert (picture[40:, 2 * (96 + 8):] == hr[40:]).all()
+    assert (picture[40:, 2 * (96 + 8) :] == hr[40:]).all()
 
 
 @pytest.mark.parametrize(
@@ -161,9 +166,17 @@ def test_samples_command_writes_the_builtin_photos(tmp_path):
     assert (tmp_path / "val" / "immunohistochemistry.png").is_file()
     # The held-out set: RGB PNGs (a JPEG and a grey page converted), the drawn ones the same bits every time.
     held = {p.relative_to(tmp_path / "heldout").as_posix() for p in (tmp_path / "heldout").rglob("*.png")}
-    assert held == {"photos/rocket.png", "photos/motorcycle.png", "photos/retina.png", "photos/page.png",
-                    "photos/color.png", "synthetic/chart.png", "synthetic/gradients.png", "synthetic/text.png",
-                    "synthetic/edges.png"}
+    assert held == {
+        "photos/rocket.png",
+        "photos/motorcycle.png",
+        "photos/retina.png",
+        "photos/page.png",
+        "photos/color.png",
+        "synthetic/chart.png",
+        "synthetic/gradients.png",
+        "synthetic/text.png",
+        "synthetic/edges.png",
+    }
     page = Image.open(tmp_path / "heldout" / "photos" / "page.png")
     assert page.mode == "RGB" and page.size == (384, 191)
     chart = np.asarray(Image.open(tmp_path / "heldout" / "synthetic" / "chart.png"))

@@ -61,8 +61,9 @@ def test_esrgan_settings_are_the_papers():
 
 
 def test_overrides_are_yaml_scalars():
-    c = load_config("demo", ["train.epochs=3", "data.val=null", "train.lr_g=2e-4", "gan.update=detach",
-                             "train.betas=[0.5, 0.9]"])
+    c = load_config(
+        "demo", ["train.epochs=3", "data.val=null", "train.lr_g=2e-4", "gan.update=detach", "train.betas=[0.5, 0.9]"]
+    )
     assert c.train.epochs == 3 and c.data.val is None and c.train.lr_g == 2e-4
     assert c.gan.update == "detach" and c.train.betas == [0.5, 0.9]
 

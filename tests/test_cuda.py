@@ -4,6 +4,7 @@ out-of-memory tile retry, cuda:K. Skipped (with the reason) without a GPU;
 check runs everywhere: the tile halving on an out-of-memory error in
 test_upscale.py, the refusals of cuda and fp16 without a GPU in
 test_cpu_refusals.py."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,16 +14,26 @@ from conftest import tiny_overrides
 from srgan.configs import SrganError, load_config
 from srgan.models import Generator, resolve_runtime
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available())")]
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available())"),
+]
 
 
 def parts_for(precision: str, **extra):
     from srgan.training.loop import build_parts
 
-    config = load_config("demo", ["model.blocks=2", "model.channels=16", "model.d_channels=16",
-                                  "loss.perceptual.weights=none", f"train.precision={precision}",
-                                  *[f"{k}={v}" for k, v in extra.items()]])
+    config = load_config(
+        "demo",
+        [
+            "model.blocks=2",
+            "model.channels=16",
+            "model.d_channels=16",
+            "loss.perceptual.weights=none",
+            f"train.precision={precision}",
+            *[f"{k}={v}" for k, v in extra.items()],
+        ],
+    )
     runtime = resolve_runtime("cuda", precision, True)
     return build_parts(config, runtime), runtime
 
@@ -51,9 +62,17 @@ def test_networks_are_channels_last_on_the_gpu():
 def test_compiled_networks_train(photo_dir, tmp_path):
     from srgan.training import train
 
-    run = train(load_config("demo", [o for o in tiny_overrides(photo_dir, tmp_path / "run")
-                                     if not o.startswith(("train.device", "train.precision"))]
-                            + ["train.device=cuda", "train.precision=bf16", "train.compile=true"]))
+    run = train(
+        load_config(
+            "demo",
+            [
+                o
+                for o in tiny_overrides(photo_dir, tmp_path / "run")
+                if not o.startswith(("train.device", "train.precision"))
+            ]
+            + ["train.device=cuda", "train.precision=bf16", "train.compile=true"],
+        )
+    )
     assert (run / "checkpoints" / "last.pt").is_file()
 
 
@@ -96,8 +115,16 @@ def test_esrgan_discriminators_train_deterministically_under_amp(discriminator, 
     results = []
     for _ in range(2):
         torch.manual_seed(0)
-        parts, runtime = parts_for(precision, **{"gan.discriminator": discriminator, "gan.d_loss": "relativistic",
-                                                 "data.crop_size": 64, "data.batch_size": 4, "train.accumulate": 2})
+        parts, runtime = parts_for(
+            precision,
+            **{
+                "gan.discriminator": discriminator,
+                "gan.d_loss": "relativistic",
+                "data.crop_size": 64,
+                "data.batch_size": 4,
+                "train.accumulate": 2,
+            },
+        )
         hr = runtime.tensor(torch.rand(4, 3, 64, 64, generator=torch.Generator().manual_seed(1)))
         lr = runtime.tensor(torch.nn.functional.interpolate(hr, scale_factor=0.25, mode="bicubic").clamp(0, 1))
         for _ in range(3):

@@ -93,8 +93,9 @@ def test_batches_do_not_depend_on_the_number_of_workers(photo_dir):
     for workers in (0, 2):
         sampler = EpochSampler(len(dataset), 4, seed=3)
         sampler.set_epoch(2)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=4, sampler=sampler, num_workers=workers,
-                                             drop_last=True)
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=4, sampler=sampler, num_workers=workers, drop_last=True
+        )
         results.append([hr for _, hr in loader])
     assert len(results[0]) == 3
     assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
@@ -123,13 +124,13 @@ def test_ranks_share_each_global_batch_and_resume_on_another_count():
     shares = [list(r) for r in ranks]
     assert len(shares[0]) == len(shares[1]) == 6 * 3
     for step in range(6):
-        assert shares[0][3 * step:3 * step + 3] + shares[1][3 * step:3 * step + 3] == whole[6 * step:6 * step + 6]
+        assert shares[0][3 * step : 3 * step + 3] + shares[1][3 * step : 3 * step + 3] == whole[6 * step : 6 * step + 6]
     three = [EpochSampler(40, 2, seed=1, rank=r, world=3) for r in range(3)]
     for r in three:
         r.set_epoch(2, skip_keys=12)
     resumed = [list(r) for r in three]
     assert three[0].steps_left() == 4  # (36 keys an epoch at 6 a step) - 12 done = 24 keys: 4 steps of 6
-    interleaved = [key for step in range(4) for r in resumed for key in r[2 * step:2 * step + 2]]
+    interleaved = [key for step in range(4) for r in resumed for key in r[2 * step : 2 * step + 2]]
     order = [key for key in whole]  # the same permutation, cut at 36 keys either way
     assert interleaved == order[12:36]
 

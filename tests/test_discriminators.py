@@ -1,6 +1,7 @@
 """The VGG-style (ESRGAN) and U-Net (Real-ESRGAN) discriminators: BasicSR's
 parameter names and shapes, their forward against a plain functional
 reference written here, and the crops the loader lets them judge."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,16 +28,30 @@ def vgg_layout(f: int, crop: int) -> dict[str, tuple]:
                 shapes[f"{bn}.{name}"] = (w,)
             shapes[f"{bn}.num_batches_tracked"] = ()
     side = crop // 32
-    shapes.update({"linear1.weight": (100, 8 * f * side * side), "linear1.bias": (100,),
-                   "linear2.weight": (1, 100), "linear2.bias": (1,)})
+    shapes.update(
+        {
+            "linear1.weight": (100, 8 * f * side * side),
+            "linear1.bias": (100,),
+            "linear2.weight": (1, 100),
+            "linear2.bias": (1,),
+        }
+    )
     return shapes
 
 
 def unet_layout(f: int) -> dict[str, tuple]:
     """Real-ESRGAN's UNetDiscriminatorSN(3, f) state dict (spectral norm's
     weight_orig / weight_u / weight_v on conv1 .. conv8)."""
-    convs = {1: (2 * f, f, 4), 2: (4 * f, 2 * f, 4), 3: (8 * f, 4 * f, 4), 4: (4 * f, 8 * f, 3),
-             5: (2 * f, 4 * f, 3), 6: (f, 2 * f, 3), 7: (f, f, 3), 8: (f, f, 3)}
+    convs = {
+        1: (2 * f, f, 4),
+        2: (4 * f, 2 * f, 4),
+        3: (8 * f, 4 * f, 4),
+        4: (4 * f, 8 * f, 3),
+        5: (2 * f, 4 * f, 3),
+        6: (f, 2 * f, 3),
+        7: (f, f, 3),
+        8: (f, f, 3),
+    }
     shapes = {"conv0.weight": (f, 3, 3, 3), "conv0.bias": (f,), "conv9.weight": (1, f, 3, 3), "conv9.bias": (1,)}
     for i, (c_out, c_in, k) in convs.items():
         shapes[f"conv{i}.weight_orig"] = (c_out, c_in, k, k)
@@ -89,14 +104,23 @@ def test_vgg_discriminator_computes_basicsr_forward():
     x = torch.rand(3, 3, crop, crop, generator=torch.Generator().manual_seed(2))
 
     def bn(t, name):
-        return F.batch_norm(t, state[f"{name}.running_mean"], state[f"{name}.running_var"], state[f"{name}.weight"],
-                            state[f"{name}.bias"], training=False, eps=1e-5)
+        return F.batch_norm(
+            t,
+            state[f"{name}.running_mean"],
+            state[f"{name}.running_var"],
+            state[f"{name}.weight"],
+            state[f"{name}.bias"],
+            training=False,
+            eps=1e-5,
+        )
 
     feat = F.leaky_relu(F.conv2d(x, state["conv0_0.weight"], state["conv0_0.bias"], padding=1), 0.2)
     feat = F.leaky_relu(bn(F.conv2d(feat, state["conv0_1.weight"], stride=2, padding=1), "bn0_1"), 0.2)
     for stage in range(1, 5):
         feat = F.leaky_relu(bn(F.conv2d(feat, state[f"conv{stage}_0.weight"], padding=1), f"bn{stage}_0"), 0.2)
-        feat = F.leaky_relu(bn(F.conv2d(feat, state[f"conv{stage}_1.weight"], stride=2, padding=1), f"bn{stage}_1"), 0.2)
+        feat = F.leaky_relu(
+            bn(F.conv2d(feat, state[f"conv{stage}_1.weight"], stride=2, padding=1), f"bn{stage}_1"), 0.2
+        )
     feat = F.leaky_relu(F.linear(feat.reshape(3, -1), state["linear1.weight"], state["linear1.bias"]), 0.2)
     expected = F.linear(feat, state["linear2.weight"], state["linear2.bias"])
     got = ours(x)
@@ -160,12 +184,19 @@ def test_spectral_norm_discriminator_builds_on_meta_for_the_checkpoint_check():
     assert set(d.state_dict()) == set(unet_layout(8))
 
 
-@pytest.mark.parametrize("setting, crop, culprit", [
-    ("gan.discriminator=vgg", 48, "data.crop_size: expected a multiple of 32 up to 512 with gan.discriminator vgg"),
-    ("gan.discriminator=vgg", 544, "data.crop_size: expected a multiple of 32 up to 512 with gan.discriminator vgg"),
-    ("gan.discriminator=unet", 36, "data.crop_size: expected a multiple of 8 with gan.discriminator unet"),
-    ("gan.discriminator=patch", 32, "gan.discriminator: expected one of srgan, vgg, unet"),
-])
+@pytest.mark.parametrize(
+    "setting, crop, culprit",
+    [
+        ("gan.discriminator=vgg", 48, "data.crop_size: expected a multiple of 32 up to 512 with gan.discriminator vgg"),
+        (
+            "gan.discriminator=vgg",
+            544,
+            "data.crop_size: expected a multiple of 32 up to 512 with gan.discriminator vgg",
+        ),
+        ("gan.discriminator=unet", 36, "data.crop_size: expected a multiple of 8 with gan.discriminator unet"),
+        ("gan.discriminator=patch", 32, "gan.discriminator: expected one of srgan, vgg, unet"),
+    ],
+)
 def test_a_crop_the_discriminator_cannot_judge_is_refused(srgan, tmp_path, photo_dir, setting, crop, culprit):
     overrides = tiny_overrides(photo_dir, tmp_path / "run", setting, f"data.crop_size={crop}")
     result = srgan("train", *set_args(overrides))
@@ -191,6 +222,7 @@ def test_a_run_trains_and_resumes_with_each_discriminator(srgan, tmp_path, photo
     assert srgan("train", "--resume", str(run), *more).returncode == 0
     assert load_checkpoint(run)["step"] == 3
     other = "unet" if kind == "vgg" else "vgg"
-    result = srgan("train", "--resume", str(run), *set_args([*overrides, f"gan.discriminator={other}",
-                                                                 "train.max_steps=4"]))
+    result = srgan(
+        "train", "--resume", str(run), *set_args([*overrides, f"gan.discriminator={other}", "train.max_steps=4"])
+    )
     assert_refused(result, f"gan.discriminator '{kind}' -> '{other}'")

@@ -1,5 +1,6 @@
 """Under torchrun: 2 CPU processes (gloo) train one run, in step, with the
 numbers of one process; a signal or a dead rank stops them all cleanly."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 def torchrun(*args, **options):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return subprocess.run([*TORCHRUN, "-m", "srgan.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=300, **options)
+    return subprocess.run(
+        [*TORCHRUN, "-m", "srgan.cli", *args], capture_output=True, text=True, env=env, timeout=300, **options
+    )
 
 
 def descendants(pid: int) -> list[int]:
@@ -49,8 +51,15 @@ def rows(run):
 
 def test_two_ranks_train_one_run_in_step_and_resume_on_one(photo_dir, val_dir, tmp_path):
     run = tmp_path / "run"
-    extra = [f"data.val={val_dir}", "train.max_steps=6", "train.epochs=10", "train.pretrain_steps=2",
-             "data.repeat=4", "data.batch_size=2", "data.workers=1"]
+    extra = [
+        f"data.val={val_dir}",
+        "train.max_steps=6",
+        "train.epochs=10",
+        "train.pretrain_steps=2",
+        "data.repeat=4",
+        "data.batch_size=2",
+        "data.workers=1",
+    ]
     done = torchrun("train", *set_args(tiny_overrides(photo_dir, run, *extra)))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "the 2 ranks hold the same weights" in done.stderr  # checked at every checkpoint, else it stops
@@ -68,16 +77,25 @@ def test_two_ranks_train_one_run_in_step_and_resume_on_one(photo_dir, val_dir, t
     assert load_checkpoint(run)["epoch"] == 3
 
 
-@pytest.mark.parametrize("generator", [["model.norm=none"], ["model.arch=rrdb", "model.growth=4"],
-                                       ["model.arch=compact", "model.blocks=2"]], ids=["srresnet", "rrdb", "compact"])
+@pytest.mark.parametrize(
+    "generator",
+    [["model.norm=none"], ["model.arch=rrdb", "model.growth=4"], ["model.arch=compact", "model.blocks=2"]],
+    ids=["srresnet", "rrdb", "compact"],
+)
 def test_a_two_rank_step_is_a_one_process_step_on_twice_the_batch(photo_dir, tmp_path, generator):
     """A generator without BatchNorm (srresnet with model.norm: none; rrdb
     and compact have none), generator-only steps: DDP's averaged gradients
     are the gradient of the whole batch. With BatchNorm each rank normalises
     its own share (SyncBatchNorm, CUDA only, would make it the whole
     batch's), so GAN steps are not compared."""
-    common = [*generator, "loss.weights.adversarial=0", "train.max_steps=3", "data.repeat=8",
-              "train.lr_schedule.milestones=[]", "train.lr_g=1e-3"]
+    common = [
+        *generator,
+        "loss.weights.adversarial=0",
+        "train.max_steps=3",
+        "data.repeat=8",
+        "train.lr_schedule.milestones=[]",
+        "train.lr_g=1e-3",
+    ]
     two = tmp_path / "two"
     done = torchrun("train", *set_args(tiny_overrides(photo_dir, two, *common, "data.batch_size=2")))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -91,14 +109,28 @@ def test_a_two_rank_step_is_a_one_process_step_on_twice_the_batch(photo_dir, tmp
 @pytest.mark.parametrize("fault", ["sigterm-launcher", "kill-a-rank"])
 def test_a_signal_or_a_dead_rank_stops_every_rank_with_the_checkpoint_intact(photo_dir, tmp_path, fault):
     run = tmp_path / "run"
-    args = set_args(tiny_overrides(photo_dir, run, "train.max_steps=100000", "train.epochs=100000",
-                                   "data.repeat=50", "data.batch_size=2", "train.save_every=5"))
+    args = set_args(
+        tiny_overrides(
+            photo_dir,
+            run,
+            "train.max_steps=100000",
+            "train.epochs=100000",
+            "data.repeat=50",
+            "data.batch_size=2",
+            "train.save_every=5",
+        )
+    )
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    launcher = subprocess.Popen([*TORCHRUN, "-m", "srgan.cli", "train", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    launcher = subprocess.Popen(
+        [*TORCHRUN, "-m", "srgan.cli", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
-    while time.time() < deadline and not ((run / "checkpoints" / "last.pt").exists()
-                                          and len(rows(run)) >= 12):
+    while time.time() < deadline and not ((run / "checkpoints" / "last.pt").exists() and len(rows(run)) >= 12):
         assert launcher.poll() is None, launcher.communicate()
         time.sleep(0.1)
     ranks = [pid for pid in descendants(launcher.pid) if "srgan.cli" in Path(f"/proc/{pid}/cmdline").read_text()]
@@ -122,8 +154,10 @@ def test_an_error_every_rank_meets_is_printed_once(photo_dir, tmp_path):
     refuses for all (a run folder that is a file), is one line on the
     terminal, not one a rank."""
     (tmp_path / "a file").write_text("mine")
-    for train_dir, run_dir, culprit in [(tmp_path / "missing", tmp_path / "run", "missing: no such folder"),
-                                        (photo_dir, tmp_path / "a file", "a file is a file, not a folder")]:
+    for train_dir, run_dir, culprit in [
+        (tmp_path / "missing", tmp_path / "run", "missing: no such folder"),
+        (photo_dir, tmp_path / "a file", "a file is a file, not a folder"),
+    ]:
         done = torchrun("train", *set_args(tiny_overrides(train_dir, run_dir)))
         assert done.returncode != 0
         errors = [line for line in done.stderr.splitlines() if line.startswith("srgan: error:")]

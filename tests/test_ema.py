@@ -1,6 +1,7 @@
 """The EMA of the generator: the average itself, computed by hand, in a
 module and over the steps of a real run (test_train checks that it is saved
 and used for upscaling)."""
+
 import torch
 
 from conftest import tiny_overrides
@@ -37,8 +38,10 @@ def test_the_average_after_two_updates_is_the_one_by_hand():
 def test_a_runs_saved_average_moves_by_one_decay_step_per_training_step(photo_dir, tmp_path):
     """Step 2's checkpoint (the end of epoch 1) and step 3's: the average in
     the second is 0.9 of the first's plus 0.1 of step 3's generator."""
-    config = load_config("demo", tiny_overrides(photo_dir, tmp_path / "run", "train.epochs=2", "train.max_steps=3",
-                                                "train.ema_decay=0.9"))
+    config = load_config(
+        "demo",
+        tiny_overrides(photo_dir, tmp_path / "run", "train.epochs=2", "train.max_steps=3", "train.ema_decay=0.9"),
+    )
     run = train(config)
     step2 = torch.load(run / "checkpoints" / "epoch_001.pt", weights_only=True)
     step3 = torch.load(run / "checkpoints" / "last.pt", weights_only=True)

@@ -1,5 +1,6 @@
 """Experiments: `srgan runs` lists and ranks runs, `srgan plot` overlays them,
 `srgan train --sweep` runs a grid of variants and resumes it."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,12 @@ def runs_folder(photo_dir, val_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
 
     def config(name, *extra):
-        return load_config("demo", tiny_overrides(photo_dir, root / name, f"data.val={val_dir}", "train.epochs=10",
-                                                  "train.max_steps=4", *extra))
+        return load_config(
+            "demo",
+            tiny_overrides(
+                photo_dir, root / name, f"data.val={val_dir}", "train.epochs=10", "train.max_steps=4", *extra
+            ),
+        )
 
     for lr in ("1e-2", "1e-3", "1e-4"):
         train(config(f"lr{lr}", f"train.lr_g={lr}"))
@@ -94,19 +99,34 @@ def test_sweep_values_split_on_commas_outside_brackets():
     axes = parse_sweep(["train.betas=[0.5, 0.9],[0.9, 0.999]", "loss.weights.image=0,1"])
     assert axes == [("train.betas", ["[0.5, 0.9]", "[0.9, 0.999]"]), ("loss.weights.image", ["0", "1"])]
     names = [v.name for v in variants_of(axes)]
-    assert names == ["betas=[0.5,0.9],image=0", "betas=[0.5,0.9],image=1", "betas=[0.9,0.999],image=0",
-                     "betas=[0.9,0.999],image=1"]
-    assert [v.name for v in variants_of(parse_sweep(["loss.image=mse,l1", "loss.weights.image=1,2"]))][0] == \
-        "loss.image=mse,loss.weights.image=1"  # the last parts clash: whole keys
+    assert names == [
+        "betas=[0.5,0.9],image=0",
+        "betas=[0.5,0.9],image=1",
+        "betas=[0.9,0.999],image=0",
+        "betas=[0.9,0.999],image=1",
+    ]
+    assert [v.name for v in variants_of(parse_sweep(["loss.image=mse,l1", "loss.weights.image=1,2"]))][
+        0
+    ] == "loss.image=mse,loss.weights.image=1"  # the last parts clash: whole keys
 
 
 def test_a_sweep_runs_every_variant_and_resumes_after_an_interrupt(photo_dir, tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["train", *set_args(tiny_overrides(photo_dir, sweep, "train.max_steps=20", "train.epochs=100",
-                                              "train.save_every=5", "data.repeat=20")),
-            "--sweep", "train.lr_g=1e-3,1e-4", "--sweep", "gan.update=detach"]
-    process = subprocess.Popen([sys.executable, "-m", "srgan.cli", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    args = [
+        "train",
+        *set_args(
+            tiny_overrides(
+                photo_dir, sweep, "train.max_steps=20", "train.epochs=100", "train.save_every=5", "data.repeat=20"
+            )
+        ),
+        "--sweep",
+        "train.lr_g=1e-3,1e-4",
+        "--sweep",
+        "gan.update=detach",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "srgan.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     second = sweep / "lr_g=1e-4,update=detach" / "metrics.jsonl"
     deadline = time.time() + 240
     while time.time() < deadline and not (second.exists() and len(second.read_text().splitlines()) >= 2):
@@ -118,8 +138,12 @@ def test_a_sweep_runs_every_variant_and_resumes_after_an_interrupt(photo_dir, tm
     assert f"the sweep stops here: continue it with srgan train --resume {sweep}" in stderr
     first = sweep / "lr_g=1e-3,update=detach"
     first_bytes = (first / "checkpoints" / "last.pt").read_bytes()
-    done = subprocess.run([sys.executable, "-m", "srgan.cli", "train", "--resume", str(sweep)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "srgan.cli", "train", "--resume", str(sweep)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "lr_g=1e-3,update=detach is finished; skipping it" in done.stderr
     assert (first / "checkpoints" / "last.pt").read_bytes() == first_bytes  # untouched

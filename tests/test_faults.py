@@ -1,4 +1,5 @@
 """Interruptions a real run meets: Ctrl-C, a polite kill, a hard kill."""
+
 import json
 import os
 import signal
@@ -14,11 +15,14 @@ from srgan.models import load_checkpoint
 
 
 def start_training(photo_dir, run_dir, *extra):
-    args = set_args(tiny_overrides(photo_dir, run_dir, "train.max_steps=100000", "train.epochs=100000",
-                                   "data.workers=1", *extra))
+    args = set_args(
+        tiny_overrides(photo_dir, run_dir, "train.max_steps=100000", "train.epochs=100000", "data.workers=1", *extra)
+    )
     return subprocess.Popen(
         [sys.executable, "-m", "srgan.cli", "train", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
     )
 

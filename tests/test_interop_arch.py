@@ -5,6 +5,7 @@ srgan's network with strict=True, and spandrel (chaiNNer's loader, which
 runs its own copy of each architecture) computes the same outputs from it.
 The same for the state dict an srgan run saves, also as safetensors.
 Nothing is downloaded."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,10 @@ spandrel = pytest.importorskip("spandrel")
 
 
 def conv(out_channels: int, in_channels: int, rng: torch.Generator, std: float) -> dict[str, torch.Tensor]:
-    return {"weight": torch.randn(out_channels, in_channels, 3, 3, generator=rng) * std,
-            "bias": torch.randn(out_channels, generator=rng) * std}
+    return {
+        "weight": torch.randn(out_channels, in_channels, 3, 3, generator=rng) * std,
+        "bias": torch.randn(out_channels, generator=rng) * std,
+    }
 
 
 def basicsr_rrdbnet(scale: int, blocks: int, feat: int, grow: int = 32, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -60,7 +63,7 @@ def realesrgan_compact(scale: int, convs: int, feat: int, seed: int = 0) -> dict
 
 
 def photo(height: int, width: int) -> torch.Tensor:
-    pixels = skimage_photo("astronaut")[60:60 + height, 180:180 + width]
+    pixels = skimage_photo("astronaut")[60 : 60 + height, 180 : 180 + width]
     return torch.from_numpy(pixels.copy()).permute(2, 0, 1)[None].float() / 255
 
 

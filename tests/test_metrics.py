@@ -1,5 +1,6 @@
 """PSNR/SSIM agree with scikit-image's on real photos, and evaluate gives
 the literature's bicubic figure on Set5."""
+
 import json
 from pathlib import Path
 
@@ -68,10 +69,18 @@ def tiny_checkpoint(tmp_path: Path) -> Path:
     from srgan.models import Generator, save_checkpoint
 
     ckpt = tmp_path / "g.pt"
-    save_checkpoint(ckpt, {
-        "generator": Generator(4, 1, 8).state_dict(), "discriminator": {}, "optimizer_g": {}, "optimizer_d": {},
-        "epoch": 0, "step": 0, "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
-    })
+    save_checkpoint(
+        ckpt,
+        {
+            "generator": Generator(4, 1, 8).state_dict(),
+            "discriminator": {},
+            "optimizer_g": {},
+            "optimizer_d": {},
+            "epoch": 0,
+            "step": 0,
+            "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
+        },
+    )
     return ckpt
 
 

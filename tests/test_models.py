@@ -120,7 +120,7 @@ def test_the_options_keep_the_exact_receptive_radius_and_the_fused_network(optio
         for distance, changes in ((r, True), (r + 1, False)):
             y = x.clone()
             y[:, :, centre, centre + distance] += 1.0
-            diff = (g(y) - base).abs()[0, :, :, centre * 4:(centre + 1) * 4]
+            diff = (g(y) - base).abs()[0, :, :, centre * 4 : (centre + 1) * 4]
             assert bool(diff.max() > 0) == changes, (options, distance, r)
         assert torch.allclose(fuse_for_inference(g)(x), base, atol=1e-10)
     if options.get("norm") == "none":
@@ -143,11 +143,23 @@ def test_the_cosine_schedule_warms_up_decays_over_pretraining_then_follows_the_m
     from srgan.models import resolve_runtime
     from srgan.training.loop import build_parts, set_learning_rates
 
-    config = load_config("demo", ["model.blocks=1", "model.channels=8", "model.d_channels=8",
-                                  "loss.perceptual.weights=none", "train.lr_g=1e-3", "train.lr_d=4e-4",
-                                  "train.pretrain_steps=100", "train.lr_schedule.kind=cosine",
-                                  "train.lr_schedule.warmup_steps=10", "train.lr_schedule.min_factor=0.2",
-                                  "train.lr_schedule.gamma=0.5", "train.lr_schedule.milestones=[100, 300]"])
+    config = load_config(
+        "demo",
+        [
+            "model.blocks=1",
+            "model.channels=8",
+            "model.d_channels=8",
+            "loss.perceptual.weights=none",
+            "train.lr_g=1e-3",
+            "train.lr_d=4e-4",
+            "train.pretrain_steps=100",
+            "train.lr_schedule.kind=cosine",
+            "train.lr_schedule.warmup_steps=10",
+            "train.lr_schedule.min_factor=0.2",
+            "train.lr_schedule.gamma=0.5",
+            "train.lr_schedule.milestones=[100, 300]",
+        ],
+    )
     parts = build_parts(config, resolve_runtime("cpu", "fp32"))
 
     def factor_at(step):
@@ -177,15 +189,37 @@ def test_a_residual_checkpoint_loads_and_upscales_by_tiles_exactly(tmp_path):
     g = Generator(4, 2, 8, norm="none", residual="bicubic", res_scale=0.5)
     torch.nn.init.normal_(g.tail.weight, std=0.01)  # a trained correction, not the zero start
     model = {"scale": 4, "blocks": 2, "channels": 8, "norm": "none", "residual": "bicubic", "res_scale": 0.5}
-    save_checkpoint(tmp_path / "g.pt", {"generator": g.state_dict(), "discriminator": {}, "optimizer_g": {},
-                                        "optimizer_d": {}, "epoch": 0, "step": 0, "config": {"model": model}})
+    save_checkpoint(
+        tmp_path / "g.pt",
+        {
+            "generator": g.state_dict(),
+            "discriminator": {},
+            "optimizer_g": {},
+            "optimizer_d": {},
+            "epoch": 0,
+            "step": 0,
+            "config": {"model": model},
+        },
+    )
     photo = tmp_path / "in.png"
     Image.fromarray(np.ascontiguousarray(skimage_photo("coffee")[:40, :56])).save(photo)
     outs = {}
     for tile in ("0", "16"):
         out = tmp_path / f"out{tile}.png"
-        result = run_cli("upscale", photo, "-k", tmp_path / "g.pt", "-o", out, "--tile", tile,
-                         "--device", "cpu", "--precision", "fp32")
+        result = run_cli(
+            "upscale",
+            photo,
+            "-k",
+            tmp_path / "g.pt",
+            "-o",
+            out,
+            "--tile",
+            tile,
+            "--device",
+            "cpu",
+            "--precision",
+            "fp32",
+        )
         assert result.returncode == 0, result.stderr
         outs[tile] = np.asarray(Image.open(out)).astype(int)
     assert (outs["0"] == outs["16"]).all()

@@ -3,6 +3,7 @@ torch.nn.functional, and one whole gan_step per discriminator, objective and
 update mode against a plain step written here in the style of the
 yardsticks (../shared/bench/yardstick_esrgan.py): same weights, batch and
 optimizers, the same weights after the step."""
+
 from __future__ import annotations
 
 import copy
@@ -56,8 +57,9 @@ def test_each_objective_is_its_formula_in_value_and_gradient(kind, real, fake):
     g_ours = objective.g_loss(real if objective.needs_real else None, fake_a)
     g_ref = reference(kind, real, fake_b)[1]
     assert torch.allclose(g_ours, g_ref, rtol=1e-6, atol=1e-7)
-    assert torch.allclose(torch.autograd.grad(g_ours, fake_a)[0], torch.autograd.grad(g_ref, fake_b)[0],
-                          rtol=1e-6, atol=1e-8)
+    assert torch.allclose(
+        torch.autograd.grad(g_ours, fake_a)[0], torch.autograd.grad(g_ref, fake_b)[0], rtol=1e-6, atol=1e-8
+    )
 
 
 def test_hand_computed_values():
@@ -98,8 +100,10 @@ def plain_step(net_g, net_d, opt_g, opt_d, lq, gt, kind):
     elif kind == "linear":
         l_d = 1 - torch.sigmoid(real_d_pred).mean() + torch.sigmoid(fake_d_pred).mean()
     else:
-        l_d = (bce(real_d_pred - torch.mean(fake_d_pred.detach()), 1)
-               + bce(fake_d_pred - torch.mean(real_d_pred.detach()), 0)) / 2
+        l_d = (
+            bce(real_d_pred - torch.mean(fake_d_pred.detach()), 1)
+            + bce(fake_d_pred - torch.mean(real_d_pred.detach()), 0)
+        ) / 2
     l_d.backward()
     opt_d.step()
     # optimize net_g
@@ -140,10 +144,15 @@ def test_gan_step_equals_the_plain_step(d_kind, kind, update):
     loss = LossConfig(perceptual=PerceptualConfig("vgg16", "relu1_2", "none"))
     loss.weights.image, loss.weights.adversarial, loss.weights.perceptual = W_IMAGE, W_ADV, 0.0
     parts = TrainingParts(
-        generator=g, discriminator=d, criterion=GeneratorCriterion(loss, kind),
-        optimizer_g=sgd(g.parameters()), optimizer_d=sgd(d.parameters()),
-        scaler=torch.amp.GradScaler("cpu", enabled=False), runtime=resolve_runtime("cpu", "fp32", False),
-        d_loss=kind, update=update,
+        generator=g,
+        discriminator=d,
+        criterion=GeneratorCriterion(loss, kind),
+        optimizer_g=sgd(g.parameters()),
+        optimizer_d=sgd(d.parameters()),
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        runtime=resolve_runtime("cpu", "fp32", False),
+        d_loss=kind,
+        update=update,
     )
     gen = torch.Generator().manual_seed(1)
     gt = torch.rand(3, 3, CROP, CROP, generator=gen)
@@ -155,8 +164,9 @@ def test_gan_step_equals_the_plain_step(d_kind, kind, update):
     assert stats["d_loss"].item() == pytest.approx(l_d.item(), rel=1e-5)
     assert stats["g_loss"].item() == pytest.approx(l_g.item(), rel=1e-5)
     for net, ref, start in ((d, d_ref, d_0), (g, g_ref, g_0)):
-        for (name, a), b, before in zip(net.state_dict().items(), ref.state_dict().values(),
-                                        start.state_dict().values(), strict=True):
+        for (name, a), b, before in zip(
+            net.state_dict().items(), ref.state_dict().values(), start.state_dict().values(), strict=True
+        ):
             # fp32 rounding of the gradient sums, against the size of the step itself
             step = (b.float() - before.float()).abs().max().item()
             assert (a.float() - b.float()).abs().max().item() <= 1e-3 * step + 1e-7, (type(net).__name__, name)
@@ -175,10 +185,15 @@ def test_the_relativistic_g_step_judges_real_images_with_the_updated_d():
     d0 = copy.deepcopy(d)
     g0 = copy.deepcopy(g)
     parts = TrainingParts(
-        generator=g, discriminator=d, criterion=GeneratorCriterion(loss, "relativistic"),
-        optimizer_g=sgd(g.parameters()), optimizer_d=sgd(d.parameters()),
-        scaler=torch.amp.GradScaler("cpu", enabled=False), runtime=resolve_runtime("cpu", "fp32", False),
-        d_loss="relativistic", update="retain_graph",
+        generator=g,
+        discriminator=d,
+        criterion=GeneratorCriterion(loss, "relativistic"),
+        optimizer_g=sgd(g.parameters()),
+        optimizer_d=sgd(d.parameters()),
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        runtime=resolve_runtime("cpu", "fp32", False),
+        d_loss="relativistic",
+        update="retain_graph",
     )
     gt = torch.rand(2, 3, CROP, CROP, generator=torch.Generator().manual_seed(3))
     lq = F.interpolate(gt, scale_factor=0.5, mode="bicubic").clamp(0, 1)

@@ -1,6 +1,7 @@
 """loss.perceptual.layers and .criterion: every layer's features from one
 VGG pass equal torchvision's VGG run up to that layer alone, and the config
 cannot name a single layer and several at once."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,7 @@ from srgan.losses import VGGFeatures, build_vgg_features, perceptual_loss
 
 REAL_ESRGAN = {"conv1_2": 0.1, "conv2_2": 0.1, "conv3_4": 1.0, "conv4_4": 1.0, "conv5_4": 1.0}
 # torchvision's vgg19().features indices of those convs (and of a ReLU and a pool)
-TORCHVISION_INDEX = {"conv1_2": 2, "conv2_2": 7, "conv3_4": 16, "conv4_4": 25, "conv5_4": 34, "relu3_1": 11,
-                     "pool2": 9}
+TORCHVISION_INDEX = {"conv1_2": 2, "conv2_2": 7, "conv3_4": 16, "conv4_4": 25, "conv5_4": 34, "relu3_1": 11, "pool2": 9}
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
 STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
 
@@ -48,6 +48,7 @@ def test_the_weighted_sum_of_distances_with_l1_and_mse(torchvision_vgg19):
     hr = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(3))
     ours = VGGFeatures("vgg19", REAL_ESRGAN, torchvision_vgg19.state_dict())
     with torch.no_grad():
+
         def feature(x, name):
             return torchvision_vgg19[: TORCHVISION_INDEX[name] + 1]((x - MEAN) / STD)
 
@@ -74,8 +75,9 @@ def test_the_gradient_reaches_sr_through_every_layer():
 
 def test_a_config_gives_layer_or_layers_and_the_resolved_config_says_which(photo_dir, tmp_path, srgan):
     flow = "{conv1_2: 0.1, conv2_2: 1}"
-    config = load_config("demo", ["loss.perceptual.layer=null", f"loss.perceptual.layers={flow}",
-                                  "loss.perceptual.criterion=l1"])
+    config = load_config(
+        "demo", ["loss.perceptual.layer=null", f"loss.perceptual.layers={flow}", "loss.perceptual.criterion=l1"]
+    )
     assert config.loss.perceptual.layer is None
     assert config.loss.perceptual.layers == {"conv1_2": 0.1, "conv2_2": 1.0}
     again = config_from_dict(config_to_dict(config))  # as a run folder's config.yaml or a checkpoint reads back
@@ -86,16 +88,24 @@ def test_a_config_gives_layer_or_layers_and_the_resolved_config_says_which(photo
     assert not (tmp_path / "a").exists()
 
 
-@pytest.mark.parametrize("value, culprit", [
-    ("{conv9_9: 1}", "loss.perceptual.layers: expected a vgg19 layer such as relu5_4"),
-    ("{conv1_2: -1}", "loss.perceptual.layers.conv1_2: expected a positive weight"),
-    ("{conv1_2: heavy}", "loss.perceptual.layers.conv1_2: expected a number"),
-    ("{}", "loss.perceptual.layers: expected at least one layer"),
-    ("[conv1_2]", "loss.perceptual.layers: expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "value, culprit",
+    [
+        ("{conv9_9: 1}", "loss.perceptual.layers: expected a vgg19 layer such as relu5_4"),
+        ("{conv1_2: -1}", "loss.perceptual.layers.conv1_2: expected a positive weight"),
+        ("{conv1_2: heavy}", "loss.perceptual.layers.conv1_2: expected a number"),
+        ("{}", "loss.perceptual.layers: expected at least one layer"),
+        ("[conv1_2]", "loss.perceptual.layers: expected a mapping"),
+    ],
+)
 def test_bad_layers_are_refused_naming_the_key(srgan, tmp_path, photo_dir, value, culprit):
-    overrides = tiny_overrides(photo_dir, tmp_path / "run", "loss.perceptual.layer=null", "loss.perceptual.network=vgg19",
-                               f"loss.perceptual.layers={value}")
+    overrides = tiny_overrides(
+        photo_dir,
+        tmp_path / "run",
+        "loss.perceptual.layer=null",
+        "loss.perceptual.network=vgg19",
+        f"loss.perceptual.layers={value}",
+    )
     assert_refused(srgan("train", *set_args(overrides)), culprit)
 
 
@@ -105,17 +115,31 @@ def test_layer_null_alone_is_refused(srgan, tmp_path, photo_dir):
 
 
 def test_the_crop_must_reach_the_deepest_layer(srgan, tmp_path, photo_dir):
-    overrides = tiny_overrides(photo_dir, tmp_path / "run", "loss.perceptual.layer=null", "loss.weights.perceptual=1",
-                               "loss.perceptual.layers={conv1_1: 1, pool5: 1}", "data.crop_size=16")
-    assert_refused(srgan("train", *set_args(overrides)), "data.crop_size: expected at least 32 px: "
-                   "loss.perceptual.layers pool5 comes after 5")
+    overrides = tiny_overrides(
+        photo_dir,
+        tmp_path / "run",
+        "loss.perceptual.layer=null",
+        "loss.weights.perceptual=1",
+        "loss.perceptual.layers={conv1_1: 1, pool5: 1}",
+        "data.crop_size=16",
+    )
+    assert_refused(
+        srgan("train", *set_args(overrides)),
+        "data.crop_size: expected at least 32 px: loss.perceptual.layers pool5 comes after 5",
+    )
 
 
 def test_a_run_trains_on_several_layers_with_l1(srgan, tmp_path, photo_dir):
     run = tmp_path / "run"
-    overrides = tiny_overrides(photo_dir, run, "loss.perceptual.layer=null", "loss.weights.perceptual=1",
-                               "loss.perceptual.layers={conv1_2: 0.1, conv2_2: 0.1, conv3_4: 1}",
-                               "loss.perceptual.network=vgg19", "loss.perceptual.criterion=l1")
+    overrides = tiny_overrides(
+        photo_dir,
+        run,
+        "loss.perceptual.layer=null",
+        "loss.weights.perceptual=1",
+        "loss.perceptual.layers={conv1_2: 0.1, conv2_2: 0.1, conv3_4: 1}",
+        "loss.perceptual.network=vgg19",
+        "loss.perceptual.criterion=l1",
+    )
     assert srgan("train", *set_args(overrides)).returncode == 0
     saved = (run / "config.yaml").read_text()
     assert "layer: null" in saved and "conv3_4: 1.0" in saved and "criterion: l1" in saved

@@ -1,6 +1,7 @@
 """Prepared datasets (`srgan prepare`): the format round-trips, its crops
 are the folder's crops, damage is refused by name, an interrupted prepare
 leaves nothing that looks complete."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,10 @@ def test_crops_from_a_prepared_set_are_the_folders_crops(photo_dir, prepared):
 
 
 def test_a_run_on_the_prepared_set_is_the_run_on_the_folder(photo_dir, prepared, tmp_path):
-    runs = [train(load_config("demo", tiny_overrides(source, tmp_path / name, "data.workers=2")))
-            for name, source in (("folder", photo_dir), ("prepared", prepared))]
+    runs = [
+        train(load_config("demo", tiny_overrides(source, tmp_path / name, "data.workers=2")))
+        for name, source in (("folder", photo_dir), ("prepared", prepared))
+    ]
     a, b = (load_checkpoint(run) for run in runs)
     for key in ("generator", "discriminator"):
         assert all(torch.equal(t, b[key][name]) for name, t in a[key].items())
@@ -81,6 +84,7 @@ def edit_index(field, value):
         index = json.loads((folder / "index.json").read_text())
         index[field] = value
         (folder / "index.json").write_text(json.dumps(index))
+
     return change
 
 
@@ -89,13 +93,16 @@ def truncate(folder):
     (folder / "pixels.u8").write_bytes(data[: len(data) - 100])
 
 
-@pytest.mark.parametrize("change, culprit", [
-    (truncate, "the dataset is truncated or was changed; prepare it again"),
-    (edit_index("version", 2), "prepared in format version 2; this srgan reads version 1"),
-    (edit_index("format", "lmdb"), "not an srgan prepared dataset"),
-    (edit_index("images", [{"name": "x", "height": 10**6, "width": 10**6, "offset": 0}]), "image 0 is damaged"),
-    (lambda folder: (folder / "index.json").write_text("{not json"), "not a readable index"),
-])
+@pytest.mark.parametrize(
+    "change, culprit",
+    [
+        (truncate, "the dataset is truncated or was changed; prepare it again"),
+        (edit_index("version", 2), "prepared in format version 2; this srgan reads version 1"),
+        (edit_index("format", "lmdb"), "not an srgan prepared dataset"),
+        (edit_index("images", [{"name": "x", "height": 10**6, "width": 10**6, "offset": 0}]), "image 0 is damaged"),
+        (lambda folder: (folder / "index.json").write_text("{not json"), "not a readable index"),
+    ],
+)
 def test_a_damaged_or_foreign_dataset_is_refused_by_name(srgan, prepared, tmp_path, change, culprit):
     copy = damaged_copy(prepared, tmp_path, change)
     with pytest.raises(SrganError, match=culprit):
@@ -136,11 +143,17 @@ def many_photos(tmp_path_factory):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
 def test_an_interrupted_prepare_leaves_nothing_that_looks_complete(many_photos, tmp_path, signum):
     out = tmp_path / "out.prepared"
-    process = subprocess.Popen([sys.executable, "-m", "srgan.cli", "prepare", str(many_photos), "-o", str(out),
-                                "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "srgan.cli", "prepare", str(many_photos), "-o", str(out), "--workers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
-    while time.time() < deadline and not any(p.suffix == ".tmp" and (p / "pixels.u8").exists()
-                                             and (p / "pixels.u8").stat().st_size > 0 for p in tmp_path.iterdir()):
+    while time.time() < deadline and not any(
+        p.suffix == ".tmp" and (p / "pixels.u8").exists() and (p / "pixels.u8").stat().st_size > 0
+        for p in tmp_path.iterdir()
+    ):
         time.sleep(0.02)
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=60)
@@ -157,8 +170,21 @@ def test_an_interrupted_prepare_leaves_nothing_that_looks_complete(many_photos, 
 
 
 def test_bench_data_reports_crops_per_second_and_memory(srgan, prepared):
-    result = srgan("bench", "data", "--set", f"data.train={prepared}", "--set", "data.crop_size=32", "--set",
-                   "data.batch_size=4", "--set", "data.workers=1", "--batches", "3", "--json")
+    result = srgan(
+        "bench",
+        "data",
+        "--set",
+        f"data.train={prepared}",
+        "--set",
+        "data.crop_size=32",
+        "--set",
+        "data.batch_size=4",
+        "--set",
+        "data.workers=1",
+        "--batches",
+        "3",
+        "--json",
+    )
     assert result.returncode == 0, result
     figures = json.loads(result.stdout)
     assert figures["source"] == "prepared" and figures["batches"] == 3 and figures["crops_per_s"] > 0

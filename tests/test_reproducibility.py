@@ -1,5 +1,6 @@
 """A config and a seed fix the bits: two fresh runs are identical, and a run
 resumed at any step equals the run never stopped. Compared with ==."""
+
 from __future__ import annotations
 
 import csv
@@ -32,11 +33,25 @@ def test_two_fresh_runs_give_the_same_bits(photo_dir, tmp_path):
     """The issue's case: the demo networks (32 channels, where the generator's
     tail once gathered its weights with a parallel, atomically-adding backward),
     fp32, 3 photos, batch 2, crop 48."""
+
     def run(name):
-        return train(load_config("demo", [
-            f"data.train={photo_dir}", "data.val=null", "train.pretrain_steps=0", "train.precision=fp32",
-            "data.batch_size=2", "data.crop_size=48", "data.workers=0", "train.max_steps=4", "train.log_every=1",
-            f"train.run_dir={tmp_path / name}"]))
+        return train(
+            load_config(
+                "demo",
+                [
+                    f"data.train={photo_dir}",
+                    "data.val=null",
+                    "train.pretrain_steps=0",
+                    "train.precision=fp32",
+                    "data.batch_size=2",
+                    "data.crop_size=48",
+                    "data.workers=0",
+                    "train.max_steps=4",
+                    "train.log_every=1",
+                    f"train.run_dir={tmp_path / name}",
+                ],
+            )
+        )
 
     assert_same_checkpoints(run("a"), run("b"))
 
@@ -51,14 +66,26 @@ def whole_runs(photo_dir, val_dir, tmp_path_factory):
 def config(photo_dir, val_dir, run_dir, max_steps, workers):
     """Epochs of 2 steps; 2 generator-only pretraining steps, then GAN steps;
     EMA and a learning-rate milestone, so that every state must come back."""
-    return load_config("demo", tiny_overrides(
-        photo_dir, run_dir, f"data.val={val_dir}", "train.epochs=10", f"train.max_steps={max_steps}",
-        "train.pretrain_steps=2", "train.ema_decay=0.5", "train.lr_schedule.milestones=[4]", f"data.workers={workers}"))
+    return load_config(
+        "demo",
+        tiny_overrides(
+            photo_dir,
+            run_dir,
+            f"data.val={val_dir}",
+            "train.epochs=10",
+            f"train.max_steps={max_steps}",
+            "train.pretrain_steps=2",
+            "train.ema_decay=0.5",
+            "train.lr_schedule.milestones=[4]",
+            f"data.workers={workers}",
+        ),
+    )
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("stop", [1, 2, 3, 4], ids=["pretrain-mid-epoch", "pretrain-epoch-end", "gan-mid-epoch",
-                                                      "gan-epoch-end"])
+@pytest.mark.parametrize(
+    "stop", [1, 2, 3, 4], ids=["pretrain-mid-epoch", "pretrain-epoch-end", "gan-mid-epoch", "gan-epoch-end"]
+)
 def test_a_resumed_run_equals_the_run_never_stopped(photo_dir, val_dir, tmp_path, whole_runs, workers, stop):
     """Interrupted during step k (Ctrl-C as StopSignals records it), resumed."""
     part = interrupt_at(config(photo_dir, val_dir, tmp_path / "part", 6, workers), stop)
@@ -67,8 +94,10 @@ def test_a_resumed_run_equals_the_run_never_stopped(photo_dir, val_dir, tmp_path
     assert_same_checkpoints(whole, part)
 
     def rows(run):
-        return [{k: v for k, v in json.loads(line).items() if k != "images_per_s"}
-                for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [
+            {k: v for k, v in json.loads(line).items() if k != "images_per_s"}
+            for line in (run / "metrics.jsonl").read_text().splitlines()
+        ]
 
     def table(run, name):
         with open(run / name) as f:

@@ -1,5 +1,6 @@
 """The alternating D/G update: what it computes, what it does not compute,
 and the bug of the widely copied loop that it avoids."""
+
 import copy
 
 import pytest
@@ -72,10 +73,12 @@ def test_one_generator_forward_and_backward_per_step():
         parts = make_parts(update)
         calls = {"forward": 0, "backward": 0}
         parts.generator.register_forward_hook(
-            lambda *_, calls=calls: calls.__setitem__("forward", calls["forward"] + 1))
+            lambda *_, calls=calls: calls.__setitem__("forward", calls["forward"] + 1)
+        )
         # fires each time a backward computes the gradient of G's first weight
         parts.generator.head[0].weight.register_hook(
-            lambda g, calls=calls: calls.__setitem__("backward", calls["backward"] + 1))
+            lambda g, calls=calls: calls.__setitem__("backward", calls["backward"] + 1)
+        )
         for lr, hr in batches(2):
             gan_step(parts, lr, hr)
         assert calls == {"forward": 2, "backward": 2}, update

@@ -1,5 +1,6 @@
 """A run you can trust: validation files, pictures, the paper's procedure,
 resume that reproduces an uninterrupted run exactly."""
+
 import csv
 import json
 
@@ -78,8 +79,11 @@ def test_ema_weights_are_saved_and_used_for_upscaling(photo_dir, val_dir, tmp_pa
 
 def test_init_from_starts_from_another_runs_generator(photo_dir, val_dir, tmp_path):
     first = train(tiny(photo_dir, val_dir, tmp_path / "first", "train.max_steps=2"))
-    second = train(tiny(photo_dir, val_dir, tmp_path / "second", "train.max_steps=1", "train.lr_g=1e-12",
-                        f"model.init_from={first}"))
+    second = train(
+        tiny(
+            photo_dir, val_dir, tmp_path / "second", "train.max_steps=1", "train.lr_g=1e-12", f"model.init_from={first}"
+        )
+    )
     before, after = load_checkpoint(first)["generator"], load_checkpoint(second)["generator"]
     assert torch.allclose(before["head.0.weight"], after["head.0.weight"], atol=1e-8)
     with pytest.raises(SrganError, match=r"model\.init_from: .* has model\.blocks = 1, this run 2"):

@@ -1,4 +1,5 @@
 """`srgan upscale`: seamless tiles, images in kind, per-file failures, leftthomas/SRGAN weights."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,25 +35,34 @@ def random_generator(scale: int, blocks: int, channels: int, seed: int = 0) -> G
 def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
     g = random_generator(4, 1, 8)
-    save_checkpoint(path, {
-        "generator": g.state_dict(), "discriminator": {}, "optimizer_g": {}, "optimizer_d": {},
-        "epoch": 0, "step": 0, "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
-    })
+    save_checkpoint(
+        path,
+        {
+            "generator": g.state_dict(),
+            "discriminator": {},
+            "optimizer_g": {},
+            "optimizer_d": {},
+            "epoch": 0,
+            "step": 0,
+            "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
+        },
+    )
     return path, g
 
 
 def photo(name: str, top: int, left: int, height: int, width: int) -> np.ndarray:
-    return np.ascontiguousarray(skimage_photo(name)[top:top + height, left:left + width])
+    return np.ascontiguousarray(skimage_photo(name)[top : top + height, left : left + width])
 
 
 # --- tiles ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("height, width, tile, pad", [(80, 96, 24, 5), (7, 50, 16, 40), (33, 33, 0, 3)])
 def test_tile_grid_covers_the_image_once_with_clipped_context(height, width, tile, pad):
     grid = tile_grid(height, width, tile, pad)
     covered = np.zeros((height, width), dtype=int)
     for t in grid:
-        covered[t.top:t.bottom, t.left:t.right] += 1
+        covered[t.top : t.bottom, t.left : t.right] += 1
         assert t.context_top == max(0, t.top - pad) and t.context_bottom == min(height, t.bottom + pad)
         assert t.context_left == max(0, t.left - pad) and t.context_right == min(width, t.right + pad)
         if tile:
@@ -110,7 +120,6 @@ def test_auto_tile_runs_small_images_whole_and_bounds_big_ones():
     assert auto_tile(g, Runtime(torch.device("cpu"), "bf16"), 3000, 4000, pad) > tile
 
 
-
 class OutOfMemoryAbove(torch.nn.Module):
     """A generator on a device with room for `pixels` input pixels a forward:
     a larger input raises the error CUDA's allocator raises. Records the
@@ -120,7 +129,11 @@ class OutOfMemoryAbove(torch.nn.Module):
         super().__init__()
         self.generator, self.pixels, self.inputs = generator, pixels, []
         self.scale, self.receptive_radius = generator.scale, generator.receptive_radius
-        self.arch, self.default_tile_pad, self.tile_align = generator.arch, generator.default_tile_pad, generator.tile_align
+        self.arch, self.default_tile_pad, self.tile_align = (
+            generator.arch,
+            generator.default_tile_pad,
+            generator.tile_align,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.inputs.append(tuple(x.shape[-2:]))
@@ -164,13 +177,18 @@ def test_out_of_memory_at_the_smallest_tile_is_one_line():
 
 # --- reading and writing in kind --------------------------------------------
 
+
 def test_16_bit_pngs_of_every_colour_type_round_trip(tmp_path):
     """Written through pypng, read back by torchvision's libpng decoder: all 16 bits kept."""
     rng = np.random.default_rng(0)
     samples = rng.integers(0, 65536, (23, 31, 4), dtype=np.uint16)
     path = tmp_path / "p.png"
-    for color, alpha in ((samples[:, :, 0], None), (samples[:, :, 0], samples[:, :, 3]), (samples[:, :, :3], None),
-                         (samples[:, :, :3], samples[:, :, 3])):
+    for color, alpha in (
+        (samples[:, :, 0], None),
+        (samples[:, :, 0], samples[:, :, 3]),
+        (samples[:, :, :3], None),
+        (samples[:, :, :3], samples[:, :, 3]),
+    ):
         with open(path, "wb") as f:
             write_png16(f, color, alpha)
         picture = read_picture(path)
@@ -237,6 +255,7 @@ def test_16bit_images_run_in_fp32_under_auto_precision():
 
 # --- the command ------------------------------------------------------------
 
+
 def test_a_folder_of_every_kind_with_a_broken_file(checkpoint, tmp_path):
     path, _ = checkpoint
     src, out = tmp_path / "in", tmp_path / "out"
@@ -282,13 +301,31 @@ def test_formats_suffix_and_outscale(checkpoint, tmp_path):
     Image.fromarray(rgb).save(tmp_path / "cat.png")
     Image.fromarray(np.dstack([rgb, np.full((20, 28), 200, np.uint8)])).save(tmp_path / "glass.png")
     out = tmp_path / "out"
-    result = run_cli("upscale", str(tmp_path / "cat.png"), str(tmp_path / "glass.png"), "-k", str(path), "-o", str(out),
-                     "--ext", "jpg", "--quality", "80", "--suffix", "_big", "--outscale", "2.5", "--tile", "8")
+    result = run_cli(
+        "upscale",
+        str(tmp_path / "cat.png"),
+        str(tmp_path / "glass.png"),
+        "-k",
+        str(path),
+        "-o",
+        str(out),
+        "--ext",
+        "jpg",
+        "--quality",
+        "80",
+        "--suffix",
+        "_big",
+        "--outscale",
+        "2.5",
+        "--tile",
+        "8",
+    )
     assert result.returncode == 0, result.stderr
     assert Image.open(out / "cat_big.jpg").size == (70, 50)
     assert Image.open(out / "glass_big.png").mode == "RGBA"  # JPEG has no alpha: kept as PNG
-    single = run_cli("upscale", str(tmp_path / "cat.png"), "-k", str(path), "-o", str(tmp_path / "one.webp"),
-                     "--outscale", "3")
+    single = run_cli(
+        "upscale", str(tmp_path / "cat.png"), "-k", str(path), "-o", str(tmp_path / "one.webp"), "--outscale", "3"
+    )
     assert single.returncode == 0, single.stderr
     assert Image.open(tmp_path / "one.webp").size == (84, 60) and single.stdout.strip() == str(tmp_path / "one.webp")
 
@@ -318,6 +355,7 @@ def test_command_mistakes_exit_2_before_any_work(checkpoint, tmp_path, args, mes
 
 # --- leftthomas/SRGAN generators --------------------------------------------
 
+
 def to_leftthomas(state: dict[str, torch.Tensor], blocks: int, stages: int) -> dict[str, torch.Tensor]:
     """Our names -> leftthomas/SRGAN's (the inverse of the mapping under test)."""
     renamed = {}
@@ -341,8 +379,13 @@ def to_leftthomas(state: dict[str, torch.Tensor], blocks: int, stages: int) -> d
 def test_leftthomas_state_dict_maps_onto_the_generator():
     ours = random_generator(4, 5, 16)
     theirs = to_leftthomas(ours.state_dict(), blocks=5, stages=2)
-    assert {"block1.0.weight", "block6.bn2.running_var", "block7.1.weight", "block8.1.prelu.weight",
-            "block8.2.weight"} <= set(theirs)
+    assert {
+        "block1.0.weight",
+        "block6.bn2.running_var",
+        "block7.1.weight",
+        "block8.1.prelu.weight",
+        "block8.2.weight",
+    } <= set(theirs)
     assert is_leftthomas_state_dict(theirs) and not is_leftthomas_state_dict(ours.state_dict())
     mapped = generator_from_leftthomas(theirs).eval()
     assert (mapped.scale, mapped.blocks, mapped.channels) == (4, 5, 16)

@@ -2,6 +2,7 @@
 clip's timestamps and sound kept, nothing left behind by a broken clip or a
 Ctrl-C. The clips are made here with PyAV: a real photo panning across a
 64x48 frame, with an AAC tone."""
+
 from __future__ import annotations
 
 import sys
@@ -35,8 +36,9 @@ def make_clip(path, frames: int = 12, fmt: str = "mp4", times: list[float] | Non
     """`frames` frames of 64x48 (a pan over a photo) at 25 fps, or at
     `times` (seconds: a variable frame rate), with an AAC tone as long as the clip."""
     count = frames if times is None else len(times)
-    return write_clip(path, panning_frames(skimage_photo("astronaut")[40:200, 100:300], 64, 48, count), times, fmt,
-                      sound)
+    return write_clip(
+        path, panning_frames(skimage_photo("astronaut")[40:200, 100:300], 64, 48, count), times, fmt, sound
+    )
 
 
 def decode(path) -> tuple[list[np.ndarray], list[Fraction]]:
@@ -67,6 +69,7 @@ def leftovers(folder) -> list[str]:
 
 
 # --- the clip ---------------------------------------------------------------
+
 
 def test_every_frame_as_the_image_path_with_its_timestamps_and_sound(checkpoint, tmp_path):
     """A variable-frame-rate clip (25 fps, then 12.5) in 3-frame batches:
@@ -132,11 +135,14 @@ def test_named_output_and_its_kind(checkpoint, tmp_path):
     assert wrong.returncode == 2 and "is a video; expected a file name ending in .mkv, .mov, .mp4" in wrong.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--batch", "0"], "--batch: expected a number of frames >= 1"),
-    (["--crf", "52"], "--crf: expected 0 to 51"),
-    (["-o", "{tmp}/out.avi"], "cannot write .avi files"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch", "0"], "--batch: expected a number of frames >= 1"),
+        (["--crf", "52"], "--crf: expected 0 to 51"),
+        (["-o", "{tmp}/out.avi"], "cannot write .avi files"),
+    ],
+)
 def test_video_option_mistakes_exit_2_before_any_work(checkpoint, tmp_path, args, message):
     path, _ = checkpoint
     clip = make_clip(tmp_path / "clip.mp4", frames=2, sound=False)
@@ -147,6 +153,7 @@ def test_video_option_mistakes_exit_2_before_any_work(checkpoint, tmp_path, args
 
 
 # --- broken clips and interruptions ------------------------------------------
+
 
 @pytest.mark.parametrize("fmt, name", [("mp4", "cut.mp4"), ("matroska", "cut.mkv")])
 def test_a_truncated_clip_fails_alone_and_leaves_nothing(checkpoint, tmp_path, fmt, name):
@@ -195,6 +202,7 @@ def test_without_pyav_one_line_says_how_to_install_it(checkpoint, tmp_path, monk
 
 
 # --- sizes ------------------------------------------------------------------
+
 
 def test_output_sizes_are_even_for_yuv420p():
     assert video.output_size(63, 47, 4, None) == (252, 188)

@@ -5,6 +5,7 @@ device it drives, how values are averaged, whether it writes files.
 
 A plain `srgan train` is a world of one: every method below is then a no-op
 or the identity, and no process group is made."""
+
 from __future__ import annotations
 
 import hashlib
@@ -54,8 +55,10 @@ class World:
         cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
         if cuda:
             if local_rank >= torch.cuda.device_count():
-                raise SrganError(f"LOCAL_RANK {local_rank}: this machine has {torch.cuda.device_count()} CUDA "
-                                 "devices; start at most that many processes a node (torchrun --nproc_per_node)")
+                raise SrganError(
+                    f"LOCAL_RANK {local_rank}: this machine has {torch.cuda.device_count()} CUDA "
+                    "devices; start at most that many processes a node (torchrun --nproc_per_node)"
+                )
             torch.cuda.set_device(local_rank)
         try:
             dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
@@ -87,14 +90,19 @@ class World:
         if not self.distributed:
             return module
         if sync_bn and not next(module.parameters()).is_cuda:
-            raise SrganError("train.sync_bn: SyncBatchNorm needs CUDA; on the CPU every rank normalises its own "
-                             "share of the batch (set train.sync_bn: false)")
+            raise SrganError(
+                "train.sync_bn: SyncBatchNorm needs CUDA; on the CPU every rank normalises its own "
+                "share of the batch (set train.sync_bn: false)"
+            )
         if sync_bn:
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
         device_ids = [self.local_rank] if next(module.parameters()).is_cuda else None
         # Newer PyTorch names the switch forward_sync_buffers (rank 0's buffers are still copied once, at the start).
-        no_sync: dict[str, Any] = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(
-            DistributedDataParallel.__init__).parameters else {"broadcast_buffers": False})
+        no_sync: dict[str, Any] = (
+            {"forward_sync_buffers": False}
+            if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+            else {"broadcast_buffers": False}
+        )
         return DistributedDataParallel(module, device_ids=device_ids, **no_sync)
 
     def broadcast(self, value):
@@ -159,9 +167,9 @@ class World:
         replica that drifted before its checkpoint is trusted."""
         if not self.distributed:
             return
-        sums = torch.stack([
-            torch.stack([p.detach().double().sum() for p in unwrap(m).parameters()]).sum() for m in modules.values()
-        ]).to(device)
+        sums = torch.stack(
+            [torch.stack([p.detach().double().sum() for p in unwrap(m).parameters()]).sum() for m in modules.values()]
+        ).to(device)
         low, high = sums.clone(), sums.clone()
         dist.all_reduce(low, op=dist.ReduceOp.MIN)
         dist.all_reduce(high, op=dist.ReduceOp.MAX)
@@ -191,8 +199,9 @@ def first_to_report(message: str) -> bool:
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return True
     try:
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                              timeout=timedelta(seconds=5))
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timedelta(seconds=5)
+        )
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restarted job reports afresh
         return store.add(f"srgan/reported/{attempt}/{hashlib.sha256(message.encode()).hexdigest()}", 1) == 1
     except (KeyError, ValueError, RuntimeError, OSError):  # no store to ask: better twice than never

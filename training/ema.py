@@ -1,5 +1,6 @@
 """An exponential moving average of the generator's weights (as BasicSR's
 net_g_ema): smoother than the raw weights, which a GAN keeps pushing around."""
+
 from __future__ import annotations
 
 import copy

@@ -8,6 +8,7 @@ torn last line: the readers here drop such a line (with a warning) and
 refuse any other damage, naming the file and the line. They read regular
 files only, of at most MAX_LOG_BYTES: a FIFO or a link to /dev/zero in a
 run folder is refused, not waited on or read without end."""
+
 from __future__ import annotations
 
 import csv
@@ -44,8 +45,14 @@ class MetricLog:
     step values, `reduce` averages them over the ranks when a row is due (one
     collective per row), and only the rank that `write`s touches the files."""
 
-    def __init__(self, run_dir: Path, tensorboard: TensorBoard | None = None, write: bool = True,
-                 reduce=lambda values: values, extra: dict | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: TensorBoard | None = None,
+        write: bool = True,
+        reduce=lambda values: values,
+        extra: dict | None = None,
+    ):
         self.jsonl_path = run_dir / "metrics.jsonl"
         self.csv_path = run_dir / "epochs.csv"
         self.validation_path = run_dir / "validation.csv"
@@ -85,8 +92,9 @@ class MetricLog:
             self.tensorboard.scalars("train", row, last_step)
         return row
 
-    def end_epoch(self, epoch: int, step: int, extra: dict[str, float | None],
-                  finished: bool = True) -> dict[str, float | None]:
+    def end_epoch(
+        self, epoch: int, step: int, extra: dict[str, float | None], finished: bool = True
+    ) -> dict[str, float | None]:
         """Write epochs.csv's row: the epoch's means of the logged values, plus
         `extra`. An unfinished epoch (the run ends inside it) keeps its sums,
         which the checkpoint saves: resumed, its row is written again whole."""
@@ -127,12 +135,17 @@ class MetricLog:
             kept = [row for row in rows if row["step"] <= step]
             write_text(self.jsonl_path, "".join(json.dumps(row) + "\n" for row in kept), overwrite=True)
         if epochs is not None:
-            _write_csv(self.csv_path, EPOCH_COLUMNS, [
-                row for row in epochs if int(row["epoch"]) < keep_epochs_before and int(row["step"]) <= step])
+            _write_csv(
+                self.csv_path,
+                EPOCH_COLUMNS,
+                [row for row in epochs if int(row["epoch"]) < keep_epochs_before and int(row["step"]) <= step],
+            )
         if validations is not None:
-            _write_csv(self.validation_path, VALIDATION_COLUMNS, [
-                row for row in validations
-                if int(row["step"]) < step or (validated and int(row["step"]) == step)])
+            _write_csv(
+                self.validation_path,
+                VALIDATION_COLUMNS,
+                [row for row in validations if int(row["step"]) < step or (validated and int(row["step"]) == step)],
+            )
 
 
 def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[float]) -> None:
@@ -145,8 +158,10 @@ def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[
             continue
         worst = next(name for name in ("g_loss", "d_loss", *row) if name in row and not math.isfinite(row[name]))
         terms = ", ".join(f"{name} {row[name]:.4g}" for name in ("d_loss", "g_loss", *LOSS_TERMS) if name in row)
-        raise NonFiniteLoss(f"step {step}: {worst} is {row[worst]} ({terms}); stopping, the last checkpoint "
-                            "is kept (a lower learning rate or loss weight may help)")
+        raise NonFiniteLoss(
+            f"step {step}: {worst} is {row[worst]} ({terms}); stopping, the last checkpoint "
+            "is kept (a lower learning rate or loss weight may help)"
+        )
 
 
 # ---- reading the files back -------------------------------------------------
@@ -195,8 +210,9 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict]:
                 if value:
                     float(value)
         except (ValueError, StopIteration, csv.Error) as error:
-            _torn_or_damaged(path, number, number == len(lines) and not line.endswith("\n"), f"a row of {path.name}",
-                             error)
+            _torn_or_damaged(
+                path, number, number == len(lines) and not line.endswith("\n"), f"a row of {path.name}", error
+            )
             continue
         rows.append(row)
     return rows
@@ -205,8 +221,10 @@ def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict]:
 def read_run_logs(run_dir: Path) -> tuple[list[dict], list[dict]]:
     """metrics.jsonl's rows and validation.csv's rows of a run (empty when absent)."""
     metrics, validation = run_dir / "metrics.jsonl", run_dir / "validation.csv"
-    return (read_jsonl(metrics) if metrics.exists() else [],
-            read_csv(validation, VALIDATION_COLUMNS) if validation.exists() else [])
+    return (
+        read_jsonl(metrics) if metrics.exists() else [],
+        read_csv(validation, VALIDATION_COLUMNS) if validation.exists() else [],
+    )
 
 
 def is_number(value) -> bool:

@@ -7,6 +7,7 @@ steps), `step` (one update, see step.py), `end_epoch`, `validate`,
 `checkpoint`. What must survive a crash is written before the work that
 might crash: a checkpoint before a validation, and the progress records
 which of that work is done, so that a resumed run finishes it."""
+
 from __future__ import annotations
 
 import logging
@@ -69,18 +70,22 @@ def train(config: Config, resume: Path | None = None) -> Path:
             trainer.close()
     except DiskFull as error:
         folder = resume or config.train.run_dir or "RUN_DIR"
-        raise DiskFull(f"{error}; the last good checkpoint is kept. Free some space, then: "
-                       f"srgan train --resume {folder}") from None
+        raise DiskFull(
+            f"{error}; the last good checkpoint is kept. Free some space, then: srgan train --resume {folder}"
+        ) from None
     except (MemoryError, RuntimeError) as error:
         if is_out_of_memory(error):
             raise SrganError(
                 f"out of memory ({first_line(error, 120)}) with data.batch_size {config.data.batch_size} and "
                 f"data.crop_size {config.data.crop_size}: lower them (or model.blocks/channels), or raise "
-                "train.accumulate (micro-batches a step); the last checkpoint is kept") from None
+                "train.accumulate (micro-batches a step); the last checkpoint is kept"
+            ) from None
         if isinstance(error, RuntimeError) and world.distributed:
             # A collective failed: another rank stopped (its own message says why) or died.
-            raise SrganError(f"rank {world.rank}: the job's process group broke ({first_line(error, 160)}); "
-                             "the last checkpoint is kept") from None
+            raise SrganError(
+                f"rank {world.rank}: the job's process group broke ({first_line(error, 160)}); "
+                "the last checkpoint is kept"
+            ) from None
         raise
     finally:
         world.close()
@@ -94,8 +99,9 @@ class Trainer:
         t = config.train
         if resume is not None and not (Path(resume) / "config.yaml").is_file():
             raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
-        self.runtime = resolve_runtime(world.device(t.device), t.precision, t.channels_last,
-                                       keys=("train.device", "train.precision"))
+        self.runtime = resolve_runtime(
+            world.device(t.device), t.precision, t.channels_last, keys=("train.device", "train.precision")
+        )
         set_deterministic(t.deterministic)
         seed_everything(t.seed)
 
@@ -106,7 +112,8 @@ class Trainer:
             # the SSIM window (11 px) must fit once `scale` px are shaved from each border
             val_images = open_images(config.data.val, "data.val", 2 * config.model.scale + 11)
             self.val_images, self.bicubic = checked_validation_set(
-                val_images, config.model.scale, config.data.val_max_size)
+                val_images, config.model.scale, config.data.val_max_size
+            )
         self.dataset = TrainPairs(train_images, config.data.crop_size, config.model.scale, config.data.repeat, t.seed)
         self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed, world.rank, world.size)
         self.loader = DataLoader(
@@ -126,14 +133,16 @@ class Trainer:
         # The run folder, locked from here on by rank 0, which alone writes
         # it: a new one, or the resumed one with its files cut back to the
         # checkpoint. Every rank reads the checkpoint.
-        self.folder = RunFolder(Path(resume) if resume is not None else Path(
-            world.broadcast(t.run_dir or str(default_run_dir(config)))))  # one timestamp for all ranks
+        self.folder = RunFolder(
+            Path(resume) if resume is not None else Path(world.broadcast(t.run_dir or str(default_run_dir(config))))
+        )  # one timestamp for all ranks
         self.tensorboard = None
         started = world.run_on_main(lambda: self.folder.open(resuming=resume is not None))
         try:
             self.progress = self.restore_or_start(started)
-            self.metrics = MetricLog(self.folder.path, write=world.is_main, reduce=world.mean,
-                                     extra={"world_size": world.size})
+            self.metrics = MetricLog(
+                self.folder.path, write=world.is_main, reduce=world.mean, extra={"world_size": world.size}
+            )
             if started:
                 self.resume_logs()
             if world.is_main:  # everything it resumes from checked: now the folder may change
@@ -153,9 +162,13 @@ class Trainer:
         self.record("running")
 
         if world.distributed:
-            log.info("%d ranks (%s), data.batch_size %d a rank: %d crops a step", world.size,
-                     "nccl" if self.runtime.device.type == "cuda" else "gloo", config.data.batch_size,
-                     self.sampler.global_batch)
+            log.info(
+                "%d ranks (%s), data.batch_size %d a rank: %d crops a step",
+                world.size,
+                "nccl" if self.runtime.device.type == "cuda" else "gloo",
+                config.data.batch_size,
+                self.sampler.global_batch,
+            )
         if started:
             log.info("resuming %s from step %d (epoch %d)", self.folder.path, self.progress.step, self.progress.epoch)
             for change in self.changes:
@@ -166,11 +179,16 @@ class Trainer:
             "generator %s parameters, discriminator %s parameters; %d training images, %d steps an epoch",
             f"{count_parameters(unwrap(self.parts.generator)):,}",
             f"{count_parameters(unwrap(self.parts.discriminator)):,}",
-            len(self.dataset.images), self.sampler.steps_per_epoch,
+            len(self.dataset.images),
+            self.sampler.steps_per_epoch,
         )
         if self.val_images is not None:
-            log.info("validation: %d images; bicubic PSNR %.2f dB, SSIM %.4f (Y channel, %d px border shaved)",
-                     len(self.val_images), *self.bicubic, config.model.scale)
+            log.info(
+                "validation: %d images; bicubic PSNR %.2f dB, SSIM %.4f (Y channel, %d px border shaved)",
+                len(self.val_images),
+                *self.bicubic,
+                config.model.scale,
+            )
 
     # ---- setup ------------------------------------------------------------------
 
@@ -191,8 +209,12 @@ class Trainer:
     def resume_logs(self) -> None:
         p = self.progress
         closed = self.epoch_complete() and p.closed_step == p.step
-        self.metrics.resume(p.metric_state, p.step, keep_epochs_before=p.epoch + 1 if closed else p.epoch,
-                            validated=p.validated_step == p.step)
+        self.metrics.resume(
+            p.metric_state,
+            p.step,
+            keep_epochs_before=p.epoch + 1 if closed else p.epoch,
+            validated=p.validated_step == p.step,
+        )
         if closed:
             p.epoch, p.epoch_keys = p.epoch + 1, 0
 
@@ -241,10 +263,16 @@ class Trainer:
         self.parts.discriminator.train()
         started = time.perf_counter()
         self._interval = (started, 0)
-        bar = tqdm(total=self.sampler.steps_per_epoch, initial=self.sampler.steps_per_epoch - self.sampler.steps_left(),
-                   desc=f"[{p.epoch}/{self.epochs()}]", disable=not self.world.is_main,
-                   leave=False, dynamic_ncols=True, unit="step",
-                   mininterval=0.1 if sys.stderr.isatty() else 60)  # into a log file: a line a minute
+        bar = tqdm(
+            total=self.sampler.steps_per_epoch,
+            initial=self.sampler.steps_per_epoch - self.sampler.steps_left(),
+            desc=f"[{p.epoch}/{self.epochs()}]",
+            disable=not self.world.is_main,
+            leave=False,
+            dynamic_ncols=True,
+            unit="step",
+            mininterval=0.1 if sys.stderr.isatty() else 60,
+        )  # into a log file: a line a minute
         for lr, hr in batches(self.loader):
             self.step(lr, hr)
             bar.update()
@@ -288,11 +316,14 @@ class Trainer:
         """metrics.jsonl's row for the steps since the last one (the one host sync)."""
         now = time.perf_counter()
         start, steps = self._interval
-        row = self.metrics.flush(self.progress.epoch, {
-            "lr_g": self.parts.optimizer_g.param_groups[0]["lr"],
-            "lr_d": self.parts.optimizer_d.param_groups[0]["lr"],
-            "images_per_s": steps * self.sampler.global_batch / max(now - start, 1e-9),  # all ranks together
-        })
+        row = self.metrics.flush(
+            self.progress.epoch,
+            {
+                "lr_g": self.parts.optimizer_g.param_groups[0]["lr"],
+                "lr_d": self.parts.optimizer_d.param_groups[0]["lr"],
+                "images_per_s": steps * self.sampler.global_batch / max(now - start, 1e-9),  # all ranks together
+            },
+        )
         self._interval = (now, 0)
         assert row is not None  # a step was added since the last row
         bar.set_description(describe(self.progress.epoch, self.epochs(), row))
@@ -306,10 +337,16 @@ class Trainer:
             self.checkpoint()  # first: a crash in validation loses nothing
             self.validate()
         scores = p.last_validation if p.last_validation.get("step") == p.step else {}
-        row = self.metrics.end_epoch(p.epoch, p.step, {
-            "psnr": scores.get("psnr"), "ssim": scores.get("ssim"),
-            "seconds": round(time.perf_counter() - started, 3),
-        }, finished=complete)
+        row = self.metrics.end_epoch(
+            p.epoch,
+            p.step,
+            {
+                "psnr": scores.get("psnr"),
+                "ssim": scores.get("ssim"),
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+            finished=complete,
+        )
         summary = describe(p.epoch, self.epochs(), row)
         if scores:
             summary += f" psnr {scores['psnr']:.2f} ssim {scores['ssim']:.4f}"
@@ -318,8 +355,9 @@ class Trainer:
         self.checkpoint(best=bool(scores.get("best")), keep_epoch=complete and p.epoch % t.checkpoint_every == 0)
         if self.world.is_main:
             if self.sheet is not None:
-                picture = self.sheet.write(self.generator_to_score(), self.runtime,
-                                           self.folder.path / "samples" / f"epoch_{p.epoch:03d}.png")
+                picture = self.sheet.write(
+                    self.generator_to_score(), self.runtime, self.folder.path / "samples" / f"epoch_{p.epoch:03d}.png"
+                )
                 if self.tensorboard:
                     self.tensorboard.image("samples", picture, p.step)
             redraw_curves(self.folder.path)
@@ -335,18 +373,26 @@ class Trainer:
         assert self.val_images is not None  # as validation_due() and end_epoch() check
         self.world.sync_buffers(self.parts.generator)  # the ranks' BatchNorm statistics, averaged
         # each rank scores its share of the images; the means are over all of them
-        sums = validate(self.generator_to_score(), self.val_images, self.runtime,
-                        self.world.shard(len(self.val_images)))
-        psnr_sum, ssim_sum, count = self.world.total(torch.tensor(sums, dtype=torch.float64,
-                                                                  device=self.runtime.device)).tolist()
+        sums = validate(
+            self.generator_to_score(), self.val_images, self.runtime, self.world.shard(len(self.val_images))
+        )
+        psnr_sum, ssim_sum, count = self.world.total(
+            torch.tensor(sums, dtype=torch.float64, device=self.runtime.device)
+        ).tolist()
         psnr, ssim = psnr_sum / count, ssim_sum / count
         improved = psnr > p.best_psnr
         if improved:
             p.best_psnr, p.best_step = psnr, p.step
-        self.metrics.validation({
-            "epoch": p.epoch, "step": p.step, "psnr": psnr, "ssim": ssim,
-            "bicubic_psnr": self.bicubic[0], "bicubic_ssim": self.bicubic[1],
-        })
+        self.metrics.validation(
+            {
+                "epoch": p.epoch,
+                "step": p.step,
+                "psnr": psnr,
+                "ssim": ssim,
+                "bicubic_psnr": self.bicubic[0],
+                "bicubic_ssim": self.bicubic[1],
+            }
+        )
         p.validated_step = p.step
         p.last_validation = {"step": p.step, "psnr": psnr, "ssim": ssim, "best": improved}
 
@@ -364,8 +410,10 @@ class Trainer:
         networks = {"generator": self.parts.generator, "discriminator": self.parts.discriminator}
         for name, module in networks.items():
             if not all(bool(torch.isfinite(w).all()) for w in module.parameters()):
-                raise NonFiniteLoss(f"step {p.step}: the {name}'s weights are no longer finite; stopping, the last "
-                                    "checkpoint is kept (a lower learning rate may help)")
+                raise NonFiniteLoss(
+                    f"step {p.step}: the {name}'s weights are no longer finite; stopping, the last "
+                    "checkpoint is kept (a lower learning rate may help)"
+                )
             self.world.sync_buffers(module)
         self.world.check_in_sync(networks, self.runtime.device)
         if not self.world.is_main:
@@ -406,8 +454,9 @@ class Trainer:
         if not self.world.is_main:
             return
         try:
-            self.folder.write_status(state, self.progress.step, self.planned_steps(), self.progress.wall_seconds,
-                                     reason)
+            self.folder.write_status(
+                state, self.progress.step, self.planned_steps(), self.progress.wall_seconds, reason
+            )
         except SrganError:
             if state == "running":
                 raise

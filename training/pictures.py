@@ -1,5 +1,6 @@
 """The pictures a run draws as it goes: samples/epoch_NNN.png (bicubic | SR
 | HR for a fixed few validation crops) and curves.png."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -59,8 +60,14 @@ class SampleSheet:
         return sheet
 
 
-def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: list[str] | None = None,
-                psnr_only: bool = False, series: list[tuple[list[dict], list[dict]]] | None = None) -> Path:
+def draw_curves(
+    runs: list[Path],
+    out: Path,
+    overwrite: bool = True,
+    labels: list[str] | None = None,
+    psnr_only: bool = False,
+    series: list[tuple[list[dict], list[dict]]] | None = None,
+) -> Path:
     """Validation PSNR, g_loss, d_loss, d_score = D(x) and g_score = D(G(z))
     against step, one colour a run, from the runs' files (curves.png of a
     run, `srgan plot` of several); `psnr_only`: the PSNR panel alone, larger,
@@ -95,8 +102,12 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
     dashes = ("-", "--", ":", "-.")  # runs that coincide stay visible
     bicubic_drawn: set[float] = set()
     for i, (label, (rows, validation)) in enumerate(zip(labels, series, strict=True)):
-        style = {"color": colours[i % len(colours)], "linestyle": dashes[i % len(dashes)], "linewidth": 1.4,
-                 "label": label}
+        style = {
+            "color": colours[i % len(colours)],
+            "linestyle": dashes[i % len(dashes)],
+            "linewidth": 1.4,
+            "label": label,
+        }
         for name in ("g_loss", "d_loss", "d_score", "g_score") if not psnr_only else ():
             points = [(r["step"], r[name]) for r in rows if is_number(r.get(name))]
             if points:
@@ -104,13 +115,21 @@ def draw_curves(runs: list[Path], out: Path, overwrite: bool = True, labels: lis
         scored = [v for v in validation if v["psnr"] and v["bicubic_psnr"]]
         if scored:
             ax = panels["psnr"][0]
-            ax.plot([int(v["step"]) for v in scored], [float(v["psnr"]) for v in scored], marker="o", markersize=3,
-                    **style)
+            ax.plot(
+                [int(v["step"]) for v in scored], [float(v["psnr"]) for v in scored], marker="o", markersize=3, **style
+            )
             bicubic = round(float(scored[0]["bicubic_psnr"]), 2)
             if bicubic not in bicubic_drawn:
                 ax.axhline(bicubic, color="gray", linestyle="--", linewidth=1)
-                ax.annotate(f"bicubic {bicubic:.2f}", (0, bicubic), xycoords=("axes fraction", "data"),
-                            xytext=(4, 3), textcoords="offset points", color="gray", fontsize=8)
+                ax.annotate(
+                    f"bicubic {bicubic:.2f}",
+                    (0, bicubic),
+                    xycoords=("axes fraction", "data"),
+                    xytext=(4, 3),
+                    textcoords="offset points",
+                    color="gray",
+                    fontsize=8,
+                )
                 bicubic_drawn.add(bicubic)
     if not psnr_only:
         panels["g_loss"][0].set_yscale("log") if any(panels["g_loss"][0].lines) else None

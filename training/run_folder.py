@@ -5,6 +5,7 @@ A folder holds a run once it has `checkpoints/last.pt`. One with only
 config.yaml and logs is a run that stopped before its first checkpoint (a
 crash, a kill, a bad image found late): a new run in that folder, or a
 resume of it, starts it afresh instead of refusing it."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,9 @@ class RunFolder:
         self.lock.acquire()
         try:
             if not resuming and self.has_checkpoint():
-                raise SrganError(f"train.run_dir: {self.path} already holds a run; resume it with --resume, "
-                                 "or choose another folder")
+                raise SrganError(
+                    f"train.run_dir: {self.path} already holds a run; resume it with --resume, or choose another folder"
+                )
             started = self.has_checkpoint()
             if started:
                 self.check_run_files()
@@ -77,8 +79,15 @@ class RunFolder:
     def write_status(self, state: str, step: int, planned: int, wall_seconds: float, reason: str = "") -> None:
         """run.json: where the run stands, for `srgan runs` (small, rewritten
         atomically at every checkpoint and when the process ends)."""
-        status = {"state": state, "step": step, "planned_steps": planned, "wall_seconds": round(wall_seconds, 1),
-                  "pid": os.getpid(), "host": socket.gethostname(), "updated": time.strftime("%Y-%m-%d %H:%M:%S")}
+        status = {
+            "state": state,
+            "step": step,
+            "planned_steps": planned,
+            "wall_seconds": round(wall_seconds, 1),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "updated": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         if reason:
             status["reason"] = reason
         write_text(self.path / STATUS_NAME, json.dumps(status) + "\n", overwrite=True)
@@ -94,7 +103,9 @@ class RunFolder:
             try:
                 check_regular(path, os.stat(path).st_mode)
             except OSError as error:
-                raise SrganError(f"{path}: a link to nothing ({error.strerror}); remove it to resume this run") from None
+                raise SrganError(
+                    f"{path}: a link to nothing ({error.strerror}); remove it to resume this run"
+                ) from None
             except SrganError as error:
                 raise SrganError(f"{error}; remove it to resume this run") from None
 

@@ -5,6 +5,7 @@ validation and its last GAN values. Read from the small files a run writes
 and only from regular files: a broken folder (a FIFO, a link to a device,
 wrong types, JSON nested too deeply) gives a row that says what is wrong,
 and the others are listed as ever."""
+
 from __future__ import annotations
 
 import json
@@ -85,16 +86,33 @@ def run_labels(runs: list[Path], configs: list[Config] | None = None) -> list[st
     for config in configs:
         flat = flat_settings(config)
         settings.append(", ".join(f"{key.split('.')[-1]}={short_value(flat.get(key))}" for key in keys))
-    return [shown if shown and settings.count(shown) == 1 else f"{run.name}" + (f" ({shown})" if shown else "")
-            for run, shown in zip(runs, settings, strict=True)]
+    return [
+        shown if shown and settings.count(shown) == 1 else f"{run.name}" + (f" ({shown})" if shown else "")
+        for run, shown in zip(runs, settings, strict=True)
+    ]
 
 
 def summarize(run: Path) -> dict:
     """One row of `srgan runs`; "problem" says what is wrong with a broken folder."""
-    row: dict = {"run": str(run), "name": run.name, "preset": None, "changes": {}, "step": None, "planned_steps": None,
-                 "state": None, "best_psnr": None, "best_ssim": None, "best_step": None, "last_psnr": None,
-                 "last_ssim": None, "bicubic_psnr": None,
-                 "bicubic_ssim": None, **{name: None for name in GAN_VALUES}, "wall_seconds": None, "problem": None}
+    row: dict = {
+        "run": str(run),
+        "name": run.name,
+        "preset": None,
+        "changes": {},
+        "step": None,
+        "planned_steps": None,
+        "state": None,
+        "best_psnr": None,
+        "best_ssim": None,
+        "best_step": None,
+        "last_psnr": None,
+        "last_ssim": None,
+        "bicubic_psnr": None,
+        "bicubic_ssim": None,
+        **{name: None for name in GAN_VALUES},
+        "wall_seconds": None,
+        "problem": None,
+    }
     try:
         config = read_run_config(run)
         row["preset"] = config.name
@@ -105,8 +123,13 @@ def summarize(run: Path) -> dict:
         finite = [v for v in scored if math.isfinite(float(v["psnr"]))]  # a NaN would win or lose by its place
         if finite:
             best = max(finite, key=lambda v: float(v["psnr"]))
-            row.update(best_psnr=_number(best["psnr"]), best_ssim=_number(best["ssim"]), best_step=int(best["step"]),
-                       bicubic_psnr=_number(best["bicubic_psnr"]), bicubic_ssim=_number(best["bicubic_ssim"]))
+            row.update(
+                best_psnr=_number(best["psnr"]),
+                best_ssim=_number(best["ssim"]),
+                best_step=int(best["step"]),
+                bicubic_psnr=_number(best["bicubic_psnr"]),
+                bicubic_ssim=_number(best["bicubic_ssim"]),
+            )
         if scored:
             # the last too: a GAN phase trades PSNR away after the best, which "best" alone would hide
             row.update(last_psnr=_number(scored[-1]["psnr"]), last_ssim=_number(scored[-1]["ssim"]))
@@ -144,8 +167,12 @@ def _status(run: Path) -> dict:
         state = "running"
     elif state == "running":
         state = "killed"  # its process is gone and said nothing: SIGKILL, a power cut, an OOM kill
-    result = {"state": state, "step": status.get("step"), "planned_steps": status.get("planned_steps"),
-              "wall_seconds": status.get("wall_seconds")}
+    result = {
+        "state": state,
+        "step": status.get("step"),
+        "planned_steps": status.get("planned_steps"),
+        "wall_seconds": status.get("wall_seconds"),
+    }
     if status.get("reason"):
         result["problem"] = status["reason"]
     return result
@@ -155,6 +182,7 @@ def _check_status(path: Path, status: dict) -> None:
     """run.json's values have the types run_folder writes, or the folder is
     broken, naming the key: a hand edit or a copy tool must not reach the
     table as a format error."""
+
     def fail(key: str, expected: str):
         shown = repr(status[key])
         raise SrganError(f"{path}: {key}: expected {expected}, got {shown if len(shown) <= 40 else shown[:37] + '...'}")
@@ -199,6 +227,7 @@ def _number(field: str) -> float | None:
 
 def rows_as_json(rows: list[dict]) -> str:
     """The rows as JSON: NaN and the infinities, which JSON lacks, become null."""
+
     def clean(value):
         if isinstance(value, float) and not math.isfinite(value):
             return None
@@ -213,22 +242,41 @@ def rows_as_json(rows: list[dict]) -> str:
 
 def sort_rows(rows: list[dict]) -> list[dict]:
     """Best validation PSNR first; runs without one, then broken ones, last."""
-    return sorted(rows, key=lambda r: (r["problem"] is not None and r["preset"] is None,
-                                       r["best_psnr"] is None, -(r["best_psnr"] or 0.0), r["name"]))
+    return sorted(
+        rows,
+        key=lambda r: (
+            r["problem"] is not None and r["preset"] is None,
+            r["best_psnr"] is None,
+            -(r["best_psnr"] or 0.0),
+            r["name"],
+        ),
+    )
 
 
 def format_runs(rows: list[dict], root: Path | None = None) -> str:
     """The table `srgan runs` prints: runs named by their path below `root`,
     settings last (they are the long column), keys shortened to their last
     part where that is unambiguous."""
+
     def show(value, fmt):
         return "-" if value is None else format(value, fmt)
 
     keys = {key for r in rows for key in r["changes"]}
     last = [key.split(".")[-1] for key in keys]
     short = {key: key if last.count(key.split(".")[-1]) > 1 else key.split(".")[-1] for key in keys}
-    table = [("run", "preset", "steps", "state", "PSNR best / last / bicubic", "SSIM best / last / bicubic",
-              *GAN_VALUES, "wall", "settings that differ from the preset")]
+    table = [
+        (
+            "run",
+            "preset",
+            "steps",
+            "state",
+            "PSNR best / last / bicubic",
+            "SSIM best / last / bicubic",
+            *GAN_VALUES,
+            "wall",
+            "settings that differ from the preset",
+        )
+    ]
     for r in rows:
         name = str(Path(r["run"]).relative_to(root)) if root and Path(r["run"]).is_relative_to(root) else r["name"]
         changes = ", ".join(f"{short[k]}={short_value(v)}" for k, v in r["changes"].items()) or "-"
@@ -236,8 +284,19 @@ def format_runs(rows: list[dict], root: Path | None = None) -> str:
         psnr = " / ".join(show(r[key], ".2f") for key in ("best_psnr", "last_psnr", "bicubic_psnr"))
         ssim = " / ".join(show(r[key], ".4f") for key in ("best_ssim", "last_ssim", "bicubic_ssim"))
         wall = "-" if r["wall_seconds"] is None else _duration(r["wall_seconds"])
-        table.append((name if name != "." else r["name"], r["preset"] or "-", steps, r["state"] or "-", psnr, ssim,
-                      *(show(r[n], ".4f") for n in GAN_VALUES), wall, changes))
+        table.append(
+            (
+                name if name != "." else r["name"],
+                r["preset"] or "-",
+                steps,
+                r["state"] or "-",
+                psnr,
+                ssim,
+                *(show(r[n], ".4f") for n in GAN_VALUES),
+                wall,
+                changes,
+            )
+        )
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in table]
     lines.insert(1, "-" * len(lines[0]))

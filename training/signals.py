@@ -1,5 +1,6 @@
 """SIGINT and SIGTERM end a run cleanly: the step under way finishes, the
 loop saves `last.pt` and stops. A second signal stops at once."""
+
 from __future__ import annotations
 
 import signal

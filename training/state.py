@@ -1,4 +1,5 @@
 """What a checkpoint holds and how a run comes back from it."""
+
 from __future__ import annotations
 
 import random
@@ -105,8 +106,10 @@ def check_same_architecture(saved: dict, config: Config, origin: str) -> None:
     if saved_config.gan.discriminator != config.gan.discriminator:
         differences.append(f"gan.discriminator {saved_config.gan.discriminator!r} -> {config.gan.discriminator!r}")
     elif config.gan.discriminator == "vgg" and saved_config.data.crop_size != config.data.crop_size:
-        differences.append(f"data.crop_size {saved_config.data.crop_size!r} -> {config.data.crop_size!r} "
-                           "(the vgg discriminator's dense layer is sized by it)")
+        differences.append(
+            f"data.crop_size {saved_config.data.crop_size!r} -> {config.data.crop_size!r} "
+            "(the vgg discriminator's dense layer is sized by it)"
+        )
     if differences:
         raise SrganError(f"{origin}: the checkpoint's networks differ from this config: {', '.join(differences)}")
 

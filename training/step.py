@@ -1,4 +1,5 @@
 """The alternating D/G update of SRGAN: the heart of training, on one screen."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,8 +56,13 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
             scaler.scale(d_loss / k).backward(retain_graph=True, inputs=list(D.parameters()))
         else:
             scaler.scale(d_loss / k).backward()
-        d_rows.append({"d_loss": d_loss.detach(), "d_score": torch.sigmoid(real_logit.detach().float()).mean(),
-                       "g_score": torch.sigmoid(fake_logit.detach().float()).mean()})
+        d_rows.append(
+            {
+                "d_loss": d_loss.detach(),
+                "d_score": torch.sigmoid(real_logit.detach().float()).mean(),
+                "g_score": torch.sigmoid(fake_logit.detach().float()).mean(),
+            }
+        )
     scaler.step(parts.optimizer_d)
     # retain_graph kept the D step's own saved activations too: drop them now,
     # not at the end of the step (measured: 12% slower and 340 MB more otherwise).

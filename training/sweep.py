@@ -6,6 +6,7 @@ trains; `--resume SWEEP` skips the finished variants and continues the
 others. A sweep folder holds a sweep and nothing else: a sweep is refused in
 a folder that holds a run (or anything else), and the plan read back from
 sweep.yaml is checked as strictly as the command line that wrote it."""
+
 from __future__ import annotations
 
 import hashlib
@@ -93,8 +94,10 @@ def check_axes(axes: list[tuple[str, list[str]]], where: str) -> None:
     for _, values in axes:
         count *= len(values)
         if count > MAX_VARIANTS:  # stop multiplying here: a tampered plan may ask for 10**1000
-            raise SrganError(f"{where}: more than {MAX_VARIANTS:,} variants; a sweep trains at most "
-                             f"{MAX_VARIANTS:,}, one after another")
+            raise SrganError(
+                f"{where}: more than {MAX_VARIANTS:,} variants; a sweep trains at most "
+                f"{MAX_VARIANTS:,}, one after another"
+            )
 
 
 def variants_of(axes: list[tuple[str, list[str]]], where: str = "--sweep") -> list[Variant]:
@@ -150,9 +153,12 @@ def run_sweep(source: str | None, overrides: list[str], sweep: list[str], resume
         (v, load_config(source, [*overrides, *v.settings, f"train.run_dir={folder / v.name}"])) for v in variants
     ]  # all checked before the first one trains
     if resume is None:
-        plan = {"config": source or DEFAULT_PRESET, "overrides": base_overrides,
-                "sweep": [{"key": key, "values": values} for key, values in axes],
-                "variants": [v.name for v in variants]}
+        plan = {
+            "config": source or DEFAULT_PRESET,
+            "overrides": base_overrides,
+            "sweep": [{"key": key, "values": values} for key, values in axes],
+            "variants": [v.name for v in variants],
+        }
         write_text(folder / SWEEP_FILE, yaml.safe_dump(plan, sort_keys=False))
     log.info("sweep %s: %d variants of %s", folder, len(variants), source or DEFAULT_PRESET)
     failed = []
@@ -167,8 +173,9 @@ def run_sweep(source: str | None, overrides: list[str], sweep: list[str], resume
         try:
             train(config, resume=run_dir if started else None)
         except TrainingInterrupted as stop:
-            raise TrainingInterrupted(stop.signum, f"{stop}; the sweep stops here: continue it with "
-                                                   f"srgan train --resume {folder}") from None
+            raise TrainingInterrupted(
+                stop.signum, f"{stop}; the sweep stops here: continue it with srgan train --resume {folder}"
+            ) from None
         except SrganError as error:
             log.warning("sweep: %s failed: %s; going on with the next variant", variant.name, error)
             failed.append(variant.name)
@@ -189,12 +196,16 @@ def check_new_sweep_folder(folder: Path) -> None:
     entries = sorted(p.name for p in folder.iterdir())
     run = [name for name in entries if name in RUN_ENTRIES]
     if run:
-        raise SrganError(f"train.run_dir: {folder} holds a run ({', '.join(run)}); a sweep needs a folder of its "
-                         f"own: choose another train.run_dir (the run goes on with srgan train --resume {folder})")
+        raise SrganError(
+            f"train.run_dir: {folder} holds a run ({', '.join(run)}); a sweep needs a folder of its "
+            f"own: choose another train.run_dir (the run goes on with srgan train --resume {folder})"
+        )
     if entries:
         shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
-        raise SrganError(f"train.run_dir: {folder} is not empty ({shown}) and holds no sweep; a sweep needs a new "
-                         "or empty folder: choose another train.run_dir")
+        raise SrganError(
+            f"train.run_dir: {folder} is not empty ({shown}) and holds no sweep; a sweep needs a new "
+            "or empty folder: choose another train.run_dir"
+        )
 
 
 def read_sweep(folder: Path) -> tuple[Path, str, list[str], list[tuple[str, list[str]]]]:
@@ -245,15 +256,19 @@ def read_sweep(folder: Path) -> tuple[Path, str, list[str], list[tuple[str, list
             if not value.strip():
                 raise refuse(f"sweep[{i}].values[{j}]: expected a value, got {value!r}")
         if not key.strip() or "=" in key or split_values(",".join(values)) != values:
-            raise refuse(f"sweep[{i}]: not what --sweep KEY=V1,V2 gives (a key without '=', values without "
-                         "spaces at their ends or commas outside brackets)")
+            raise refuse(
+                f"sweep[{i}]: not what --sweep KEY=V1,V2 gives (a key without '=', values without "
+                "spaces at their ends or commas outside brackets)"
+            )
         axes.append((key, values))
     check_axes(axes, f"{path}: sweep")
     variants = variants_of(axes, f"{path}: sweep")
     names = strings(plan["variants"], "variants")
     if names != [v.name for v in variants]:
-        raise refuse(f"variants: expected the grid's folder names ({len(variants)}, the first "
-                     f"{variants[0].name!r}), got {len(names)}" + (f", the first {names[0]!r}" if names else ""))
+        raise refuse(
+            f"variants: expected the grid's folder names ({len(variants)}, the first "
+            f"{variants[0].name!r}), got {len(names)}" + (f", the first {names[0]!r}" if names else "")
+        )
     try:  # every config, as the plan alone makes it (a --set on the resume is the user's own)
         load_config(source, overrides)
         for v in variants:

@@ -1,5 +1,6 @@
 """Validation during training: PSNR/SSIM in the literature's convention,
 one image at a time (memory stays flat whatever the size of the set)."""
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,9 @@ def bicubic_upscale(lr: torch.Tensor, scale: int) -> torch.Tensor:
     return torch.from_numpy(np.array(up)).permute(2, 0, 1)
 
 
-def checked_validation_set(images: FolderImages | PreparedImages, scale: int,
-                           max_size: int) -> tuple[ValImages, tuple[float, float]]:
+def checked_validation_set(
+    images: FolderImages | PreparedImages, scale: int, max_size: int
+) -> tuple[ValImages, tuple[float, float]]:
     """The validation images that decode, and the mean PSNR/SSIM of bicubic
     upscaling on them: the figure to beat. Every image is decoded once here,
     before training, so that a file broken past its header is skipped with a
@@ -48,8 +50,9 @@ def checked_validation_set(images: FolderImages | PreparedImages, scale: int,
     return ValImages(images.select(usable), scale, max_size), (float(np.mean(psnrs)), float(np.mean(ssims)))
 
 
-def validate(generator: SRGenerator, images: ValImages, runtime: Runtime,
-             indices: range | None = None) -> tuple[float, float, int]:
+def validate(
+    generator: SRGenerator, images: ValImages, runtime: Runtime, indices: range | None = None
+) -> tuple[float, float, int]:
     """Sums of PSNR and SSIM of the generator's output (rounded to 8 bits)
     over the images at `indices` (default: all), and their count; tiled as
     `srgan upscale` is, so a large image costs no more memory. Sums, so that

@@ -3,6 +3,7 @@ them: `srgan runs` and `srgan plot` report each broken one on one line and
 go on with the others; nothing hangs on a FIFO, reads a device without
 bound, or ends in a traceback; `srgan train --resume` refuses such a folder
 on one line."""
+
 from __future__ import annotations
 
 import json
@@ -35,6 +36,7 @@ def srgan_bounded(srgan):
     or taking the machine's memory: an alarm for a hang (opening a FIFO
     waits for a writer), an address-space limit 1 GiB above what the
     process has mapped for a read without end (a link to /dev/zero)."""
+
     def run(*args, seconds: int = 120) -> subprocess.CompletedProcess:
         def hung(signum, frame):
             raise Hung(f"srgan {' '.join(map(str, args))}: still running after {seconds} s")
@@ -50,6 +52,7 @@ def srgan_bounded(srgan):
             resource.setrlimit(resource.RLIMIT_AS, limits)
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)
+
     return run
 
 
@@ -85,11 +88,12 @@ def forge_lock(run, pid):
 BROKEN = {
     "fifo_lock": (lambda run: replace_with(run / ".lock", "fifo"), ".lock: not a regular file"),
     "fifo_metrics": (lambda run: replace_with(run / "metrics.jsonl", "fifo"), "metrics.jsonl: not a regular file"),
-    "fifo_validation": (lambda run: replace_with(run / "validation.csv", "fifo"),
-                        "validation.csv: not a regular file"),
+    "fifo_validation": (lambda run: replace_with(run / "validation.csv", "fifo"), "validation.csv: not a regular file"),
     "zero_metrics": (lambda run: replace_with(run / "metrics.jsonl", "/dev/zero"), "metrics.jsonl: not a regular file"),
-    "urandom_validation": (lambda run: replace_with(run / "validation.csv", "/dev/urandom"),
-                           "validation.csv: not a regular file"),
+    "urandom_validation": (
+        lambda run: replace_with(run / "validation.csv", "/dev/urandom"),
+        "validation.csv: not a regular file",
+    ),
     "fifo_status": (lambda run: replace_with(run / "run.json", "fifo"), "run.json: not a regular file"),
     "fifo_config": (lambda run: replace_with(run / "config.yaml", "fifo"), "config.yaml: not a regular file"),
     "step_text": (lambda run: set_status(run, step="abc"), "run.json: step: expected"),
@@ -97,10 +101,14 @@ BROKEN = {
     "planned_bool": (lambda run: set_status(run, planned_steps=True), "run.json: planned_steps: expected"),
     "wall_nan": (lambda run: set_status(run, wall_seconds=float("nan")), "run.json: wall_seconds: expected"),
     "state_unknown": (lambda run: set_status(run, state=5), "run.json: state: expected"),
-    "nested_status": (lambda run: (run / "run.json").write_text(NESTED[:50000]),  # within run.json's size limit
-                      "run.json: damaged (nested too deeply)"),
-    "nested_metrics": (lambda run: prepend(run / "metrics.jsonl", NESTED + "\n"),
-                       "metrics.jsonl: line 1 is not a metrics row (nested too deeply)"),
+    "nested_status": (
+        lambda run: (run / "run.json").write_text(NESTED[:50000]),  # within run.json's size limit
+        "run.json: damaged (nested too deeply)",
+    ),
+    "nested_metrics": (
+        lambda run: prepend(run / "metrics.jsonl", NESTED + "\n"),
+        "metrics.jsonl: line 1 is not a metrics row (nested too deeply)",
+    ),
 }
 # A lock that no live process can hold: the run it records as running died.
 FORGED_PIDS = {"pid_huge": 10**30, "pid_negative": -1, "pid_zero": 0, "pid_text": "1", "pid_nested": NESTED[:4000]}
@@ -165,8 +173,11 @@ def test_srgan_runs_over_a_tree_of_broken_folders_lists_the_good_run(srgan_bound
     assert result.returncode == 0 and "Traceback" not in result.stderr, result
     lines = result.stdout.splitlines()
     states = {line.split()[0]: line.split()[3] for line in lines[2:] if not line.startswith("/")}
-    assert states == {"good": "finished", **{name: "broken" for name in BROKEN},
-                      **{name: "killed" for name in FORGED_PIDS}}, result.stdout
+    assert states == {
+        "good": "finished",
+        **{name: "broken" for name in BROKEN},
+        **{name: "killed" for name in FORGED_PIDS},
+    }, result.stdout
     assert lines[2].split()[0] == "good"  # best PSNR first (the killed copies tie with it: by name)
     problems = [line for line in lines if line.startswith("/")]
     assert len(problems) == len(BROKEN), result.stdout
@@ -180,8 +191,10 @@ def test_srgan_runs_json_writes_null_for_nan_and_never_picks_nan_as_best(srgan, 
     validation = (run / "validation.csv").read_text().splitlines()
     epoch, step, *_ = validation[-1].split(",")
     # a NaN row first (max() keeps the first of incomparable values) and an infinite one
-    (run / "validation.csv").write_text("\n".join([validation[0], f"{epoch},{step},nan,nan,nan,nan",
-                                                   f"{epoch},{step},inf,1,inf,1", *validation[1:]]) + "\n")
+    (run / "validation.csv").write_text(
+        "\n".join([validation[0], f"{epoch},{step},nan,nan,nan,nan", f"{epoch},{step},inf,1,inf,1", *validation[1:]])
+        + "\n"
+    )
     with open(run / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"epoch": 1, "step": 2, "g_loss": float("nan"), "d_loss": float("inf")}) + "\n")
     result = srgan("runs", tmp_path, "--json")
@@ -202,8 +215,9 @@ def test_resuming_a_broken_run_folder_is_refused_on_one_line(srgan_bounded, tiny
 
 
 @pytest.mark.parametrize("name, kind", [("train.log", "fifo"), ("epochs.csv", "fifo"), ("train.log", "dangling")])
-def test_resuming_refuses_a_run_file_it_would_append_to_that_is_no_regular_file(srgan_bounded, tiny_run, tmp_path,
-                                                                                name, kind):
+def test_resuming_refuses_a_run_file_it_would_append_to_that_is_no_regular_file(
+    srgan_bounded, tiny_run, tmp_path, name, kind
+):
     """train.log is only appended to: a FIFO in its place blocked the resumed
     run for ever, a dangling link had the log written where it points."""
     run = copy_run(tiny_run, tmp_path / "run")
@@ -260,6 +274,7 @@ def test_srgan_plot_skips_a_broken_run_and_draws_the_others(srgan_bounded, tiny_
 def test_refusing_a_legacy_pickle_is_one_line_without_torch_warning(srgan, tmp_path):
     """A plain pickle (protocol 4) goes to torch's legacy loader, whose
     weights-only unpickler warns about the protocol before it refuses."""
+
     class Planted:
         def __reduce__(self):
             return (print, ("ran",))

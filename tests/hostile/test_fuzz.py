@@ -2,6 +2,7 @@
 checkpoint contents that raise anything but SrganError (a traceback for the
 user) fail. Derandomized, so CI is repeatable; SRGAN_FUZZ_EXAMPLES=5000
 runs a longer pass by hand."""
+
 from __future__ import annotations
 
 import io
@@ -25,8 +26,9 @@ from srgan.models import Discriminator, Generator
 from srgan.models.checkpoint import check_checkpoint
 
 EXAMPLES = int(os.environ.get("SRGAN_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 
 
 def dotted_keys(d, prefix=""):
@@ -38,8 +40,11 @@ def dotted_keys(d, prefix=""):
 
 KEYS = sorted(dotted_keys(config_to_dict(Config())))
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20))
-yaml_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-    st.text(max_size=8), inner, max_size=4), max_leaves=12)
+yaml_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 def only_srgan_errors(call):
@@ -63,9 +68,15 @@ def test_set_overrides_of_any_yaml_value(key, value):
 
 
 @FUZZ
-@given(document=st.one_of(st.text(max_size=200), yaml_values.map(yaml.safe_dump),
-                          st.dictionaries(st.sampled_from(["model", "data", "train", "loss", "gan", "name"]),
-                                          yaml_values, max_size=4).map(yaml.safe_dump)))
+@given(
+    document=st.one_of(
+        st.text(max_size=200),
+        yaml_values.map(yaml.safe_dump),
+        st.dictionaries(
+            st.sampled_from(["model", "data", "train", "loss", "gan", "name"]), yaml_values, max_size=4
+        ).map(yaml.safe_dump),
+    )
+)
 def test_yaml_documents(document):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "fuzz.yaml"
@@ -79,13 +90,21 @@ def encoded(fmt: str, **options) -> bytes:
     return out.getvalue()
 
 
-SEEDS = {"png": encoded("PNG"), "jpg": encoded("JPEG", quality=90), "webp": encoded("WEBP"), "tif": encoded("TIFF"),
-         "bmp": encoded("BMP")}
+SEEDS = {
+    "png": encoded("PNG"),
+    "jpg": encoded("JPEG", quality=90),
+    "webp": encoded("WEBP"),
+    "tif": encoded("TIFF"),
+    "bmp": encoded("BMP"),
+}
 
 
 @FUZZ
-@given(kind=st.sampled_from(sorted(SEEDS)), cut=st.integers(0, 4000), flips=st.lists(
-    st.tuples(st.integers(0, 4000), st.integers(0, 255)), max_size=6))
+@given(
+    kind=st.sampled_from(sorted(SEEDS)),
+    cut=st.integers(0, 4000),
+    flips=st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), max_size=6),
+)
 def test_image_bytes(kind, cut, flips):
     data = bytearray(SEEDS[kind])
     for position, value in flips:
@@ -105,22 +124,61 @@ def a_checkpoint() -> dict:
     og, od = torch.optim.Adam(g.parameters()), torch.optim.Adam(d.parameters())
     from srgan.training.state import rng_state
 
-    return {"generator": g.state_dict(), "discriminator": d.state_dict(), "optimizer_g": og.state_dict(),
-            "optimizer_d": od.state_dict(), "epoch": 1, "step": 0, "rng": rng_state(), "metrics": {},
-            "config": config_to_dict(load_config("demo", ["model.blocks=1", "model.channels=8",
-                                                          "model.d_channels=8"]))}
+    return {
+        "generator": g.state_dict(),
+        "discriminator": d.state_dict(),
+        "optimizer_g": og.state_dict(),
+        "optimizer_d": od.state_dict(),
+        "epoch": 1,
+        "step": 0,
+        "rng": rng_state(),
+        "metrics": {},
+        "config": config_to_dict(load_config("demo", ["model.blocks=1", "model.channels=8", "model.d_channels=8"])),
+    }
 
 
 CHECKPOINT = a_checkpoint()
-junk = st.one_of(scalars, st.lists(scalars, max_size=3), st.dictionaries(st.text(max_size=5), scalars, max_size=3),
-                 st.builds(lambda n: torch.zeros(n), st.integers(0, 5)))
+junk = st.one_of(
+    scalars,
+    st.lists(scalars, max_size=3),
+    st.dictionaries(st.text(max_size=5), scalars, max_size=3),
+    st.builds(lambda n: torch.zeros(n), st.integers(0, 5)),
+)
 
 
 @FUZZ
-@given(path=st.lists(st.sampled_from(["generator", "discriminator", "optimizer_g", "state", "param_groups", 0, "rng",
-                                      "python", "numpy", "torch", "config", "model", "train", "metrics", "sums",
-                                      "step", "epoch", "head.0.weight", "exp_avg", "scale", "blocks"]),
-                     min_size=1, max_size=4), value=junk)
+@given(
+    path=st.lists(
+        st.sampled_from(
+            [
+                "generator",
+                "discriminator",
+                "optimizer_g",
+                "state",
+                "param_groups",
+                0,
+                "rng",
+                "python",
+                "numpy",
+                "torch",
+                "config",
+                "model",
+                "train",
+                "metrics",
+                "sums",
+                "step",
+                "epoch",
+                "head.0.weight",
+                "exp_avg",
+                "scale",
+                "blocks",
+            ]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    value=junk,
+)
 def test_checkpoint_contents(path, value):
     state = _replace(CHECKPOINT, path, value)
     only_srgan_errors(lambda: check_checkpoint(state, "fuzz.pt", for_resume=True))

@@ -2,6 +2,7 @@
 them: a torn last line is tolerated, other damage is refused by file and
 line, and a malformed checkpoint is refused naming its first problem, on
 every path that loads one."""
+
 from __future__ import annotations
 
 import csv
@@ -46,13 +47,20 @@ def test_a_torn_last_line_is_tolerated_by_resume_and_plot(srgan, run):
         assert [row["step"] for row in csv.DictReader(f)] == ["2", "4"]
 
 
-@pytest.mark.parametrize("name, damage, culprit", [
-    ("metrics.jsonl", lambda text: text.replace("\n", "\nnot json\n", 1), "metrics.jsonl: line 2 is not a metrics row"),
-    ("metrics.jsonl", lambda text: '{"step": "one"}\n' + text, "metrics.jsonl: line 1 is not a metrics row"),
-    ("validation.csv", lambda text: text.replace("\n", "\n1,x,garbage,,,\n", 1), "validation.csv: line 2"),
-    ("epochs.csv", lambda text: "epoch;step\n" + text, "epochs.csv: line 1: expected the columns"),
-    ("epochs.csv", lambda text: text + "\xff\xfe\n", "epochs.csv"),
-])
+@pytest.mark.parametrize(
+    "name, damage, culprit",
+    [
+        (
+            "metrics.jsonl",
+            lambda text: text.replace("\n", "\nnot json\n", 1),
+            "metrics.jsonl: line 2 is not a metrics row",
+        ),
+        ("metrics.jsonl", lambda text: '{"step": "one"}\n' + text, "metrics.jsonl: line 1 is not a metrics row"),
+        ("validation.csv", lambda text: text.replace("\n", "\n1,x,garbage,,,\n", 1), "validation.csv: line 2"),
+        ("epochs.csv", lambda text: "epoch;step\n" + text, "epochs.csv: line 1: expected the columns"),
+        ("epochs.csv", lambda text: text + "\xff\xfe\n", "epochs.csv"),
+    ],
+)
 def test_damage_inside_a_log_is_refused_by_file_and_line(srgan, run, name, damage, culprit):
     path = run / name
     if name == "epochs.csv" and "\xff" in damage(""):
@@ -79,6 +87,7 @@ def set_path(keys, value):
             node[key] = dict(node[key])
             node = node[key]
         node[keys[-1]] = value
+
     return change
 
 
@@ -92,34 +101,57 @@ def head_weight(value):
 
 # (what is wrong, the change, the culprit named, whether generator-only loads are affected)
 MALFORMED = [
-    ("a generator weight of the wrong shape", head_weight(torch.zeros(3, 3)),
-     "generator: head.0.weight has shape [3, 3]", True),
-    ("NaN weights", head_weight(torch.full((8, 3, 9, 9), float("nan"))),
-     "generator: head.0.weight holds NaN", True),
-    ("a generator that is not a state dict", set_path(["generator"], torch.zeros(3)),
-     "generator: expected a state dict", True),
-    ("a missing generator weight", lambda s: s.__setitem__("generator", {k: v for k, v in s["generator"].items()
-                                                                         if k != "tail.bias"}),
-     "generator: lacks tail.bias", True),
+    (
+        "a generator weight of the wrong shape",
+        head_weight(torch.zeros(3, 3)),
+        "generator: head.0.weight has shape [3, 3]",
+        True,
+    ),
+    ("NaN weights", head_weight(torch.full((8, 3, 9, 9), float("nan"))), "generator: head.0.weight holds NaN", True),
+    (
+        "a generator that is not a state dict",
+        set_path(["generator"], torch.zeros(3)),
+        "generator: expected a state dict",
+        True,
+    ),
+    (
+        "a missing generator weight",
+        lambda s: s.__setitem__("generator", {k: v for k, v in s["generator"].items() if k != "tail.bias"}),
+        "generator: lacks tail.bias",
+        True,
+    ),
     ("a config that is not a mapping", set_path(["config"], [1, 2]), "config: expected a mapping", True),
-    ("huge networks claimed", set_path(["config", "model", "blocks"], 10**9), "model.blocks: expected at most 128",
-     True),
+    (
+        "huge networks claimed",
+        set_path(["config", "model", "blocks"], 10**9),
+        "model.blocks: expected at most 128",
+        True,
+    ),
     ("a float scale", set_path(["config", "model", "scale"], 4.0), "model.scale: expected one of 1, 2, 3, 4, 8", True),
     ("a missing optimizer", delete("optimizer_g"), "lacks optimizer_g", False),
-    ("an optimizer of another network", lambda s: s.__setitem__("optimizer_d", s["optimizer_g"]),
-     "optimizer_d: holds", False),
+    (
+        "an optimizer of another network",
+        lambda s: s.__setitem__("optimizer_d", s["optimizer_g"]),
+        "optimizer_d: holds",
+        False,
+    ),
     ("a bad rng state", set_path(["rng", "python"], [3, [1, 2], None]), "rng: python", False),
     ("a bad torch rng state", set_path(["rng", "torch"], torch.zeros(5, dtype=torch.uint8)), "rng: torch", False),
     ("a step that is a string", set_path(["step"], "3"), "step: expected an integer", False),
     ("metric sums that are not numbers", set_path(["metrics", "sums"], {"g_loss": "x"}), "metrics:", False),
-    ("discriminator weights of another size", lambda s: s.__setitem__("discriminator", {}),
-     "discriminator: lacks", False),
+    (
+        "discriminator weights of another size",
+        lambda s: s.__setitem__("discriminator", {}),
+        "discriminator: lacks",
+        False,
+    ),
 ]
 
 
 @pytest.mark.parametrize("what, change, culprit, for_generator", MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_a_malformed_checkpoint_is_refused_on_every_loading_path(srgan, run, photo_dir, tmp_path,
-                                                                 what, change, culprit, for_generator):
+def test_a_malformed_checkpoint_is_refused_on_every_loading_path(
+    srgan, run, photo_dir, tmp_path, what, change, culprit, for_generator
+):
     last = run / "checkpoints" / "last.pt"
     save_checkpoint(last, mutate(torch.load(last, weights_only=True), change))
     before = snapshot(run)
@@ -129,6 +161,7 @@ def test_a_malformed_checkpoint_is_refused_on_every_loading_path(srgan, run, pho
     upscaled = srgan("upscale", image, "-k", last, "-o", tmp_path / "out")
     evaluated = srgan("evaluate", photo_dir, "-k", last)
     from conftest import set_args
+
     initialised = srgan("train", *set_args(tiny_overrides(photo_dir, tmp_path / "new", f"model.init_from={last}")))
     if for_generator:
         for result in (upscaled, evaluated):
@@ -149,8 +182,10 @@ def test_an_interrupt_on_an_epochs_last_step_loses_no_row(photo_dir, val_dir, tm
     from srgan.training.loop import train
 
     def config(run_dir, *extra):
-        return load_config("demo", tiny_overrides(photo_dir, run_dir, f"data.val={val_dir}", "train.epochs=10",
-                                                  "train.max_steps=4", *extra))
+        return load_config(
+            "demo",
+            tiny_overrides(photo_dir, run_dir, f"data.val={val_dir}", "train.epochs=10", "train.max_steps=4", *extra),
+        )
 
     whole = train(config(tmp_path / "whole"))
     part = interrupt_at(config(tmp_path / "part"), stop_at)

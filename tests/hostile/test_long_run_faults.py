@@ -2,6 +2,7 @@
 group, a validation image that goes bad mid-run, a loss or weights that
 stop being finite. The run says what happened on one line and keeps its last
 good checkpoint."""
+
 from __future__ import annotations
 
 import os
@@ -35,10 +36,23 @@ def test_a_full_disk_mid_run_keeps_the_last_good_checkpoint(photo_dir, tmp_path)
     mount.mkdir()
     run = mount / "run"
     train = " ".join(cli_command("train", *set_args(tiny_overrides(photo_dir, run, "data.val=null"))))
-    resume = " ".join(cli_command("train", "--resume", run, "--set", "train.max_steps=40", "--set", "train.epochs=100",
-                                  "--set", "train.save_every=1"))
-    check = (f"{PYTHON} -c \"import torch; s = torch.load('{run}/checkpoints/last.pt', weights_only=True); "
-             f"print('last_step', s['step'])\"")
+    resume = " ".join(
+        cli_command(
+            "train",
+            "--resume",
+            run,
+            "--set",
+            "train.max_steps=40",
+            "--set",
+            "train.epochs=100",
+            "--set",
+            "train.save_every=1",
+        )
+    )
+    check = (
+        f"{PYTHON} -c \"import torch; s = torch.load('{run}/checkpoints/last.pt', weights_only=True); "
+        f"print('last_step', s['step'])\""
+    )
     # room for a few checkpoints at first; then for ~2.5: each epoch keeps one (epoch_NNN.pt) until none fits
     script = (
         f"mount -t tmpfs -o size=4m tmpfs {mount} && {train} 2>/dev/null && "
@@ -62,8 +76,9 @@ def test_a_file_size_limit_is_a_disk_full_too(photo_dir, tmp_path):
     """RLIMIT_FSIZE makes the kernel refuse a write (EFBIG): the same path as
     a full disk, on any Linux, without a mount."""
     run = tmp_path / "run"
-    first = subprocess.run(cli_command("train", *set_args(tiny_overrides(photo_dir, run))), capture_output=True,
-                           text=True)
+    first = subprocess.run(
+        cli_command("train", *set_args(tiny_overrides(photo_dir, run))), capture_output=True, text=True
+    )
     assert first.returncode == 0, first.stderr
     good = (run / "checkpoints" / "last.pt").read_bytes()
     limit = len(good) // 2
@@ -71,8 +86,12 @@ def test_a_file_size_limit_is_a_disk_full_too(photo_dir, tmp_path):
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    done = subprocess.run(cli_command("train", "--resume", run, "--set", "train.max_steps=6", "--set",
-                                      "train.epochs=10"), capture_output=True, text=True, preexec_fn=small_files)
+    done = subprocess.run(
+        cli_command("train", "--resume", run, "--set", "train.max_steps=6", "--set", "train.epochs=10"),
+        capture_output=True,
+        text=True,
+        preexec_fn=small_files,
+    )
     assert_refused(done, "disk full at")
     assert "last.pt" in done.stderr
     assert (run / "checkpoints" / "last.pt").read_bytes() == good
@@ -83,13 +102,18 @@ def test_sigterm_to_the_whole_process_group_saves_and_exits_cleanly(photo_dir, t
     """What Slurm and systemd do: SIGTERM to every process of the job,
     DataLoader workers included."""
     run = tmp_path / "run"
-    args = set_args(tiny_overrides(photo_dir, run, "train.max_steps=100000", "train.epochs=100000",
-                                   "data.workers=2", "data.cache_mb=0"))
-    process = subprocess.Popen(cli_command("train", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    args = set_args(
+        tiny_overrides(
+            photo_dir, run, "train.max_steps=100000", "train.epochs=100000", "data.workers=2", "data.cache_mb=0"
+        )
+    )
+    process = subprocess.Popen(
+        cli_command("train", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     deadline = time.time() + 120
-    while time.time() < deadline and not ((run / "metrics.jsonl").exists()
-                                          and len((run / "metrics.jsonl").read_text().splitlines()) >= 3):
+    while time.time() < deadline and not (
+        (run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 3
+    ):
         time.sleep(0.1)
     os.killpg(process.pid, signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
@@ -128,8 +152,17 @@ def test_a_non_finite_loss_names_the_step_and_every_term(srgan, photo_dir, tmp_p
     run = tmp_path / "run"
     assert srgan("train", *set_args(tiny_overrides(photo_dir, run))).returncode == 0
     good = (run / "checkpoints" / "last.pt").read_bytes()
-    result = srgan("train", "--resume", run, "--set", "train.max_steps=8", "--set", "train.epochs=10",
-                   "--set", "loss.weights.image=1e308")
+    result = srgan(
+        "train",
+        "--resume",
+        run,
+        "--set",
+        "train.max_steps=8",
+        "--set",
+        "train.epochs=10",
+        "--set",
+        "loss.weights.image=1e308",
+    )
     assert_refused(result, "step 3: g_loss is inf (d_loss")
     assert ", image " in result.stderr and ", adversarial " in result.stderr
     assert "the last checkpoint is kept" in result.stderr

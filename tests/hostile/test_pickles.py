@@ -1,5 +1,6 @@
 """A malicious pickle (its __reduce__ would create a file) runs on no path
 that loads a torch file, and the refusal is a whole sentence."""
+
 from __future__ import annotations
 
 import shutil
@@ -44,8 +45,16 @@ def test_no_loading_path_runs_a_planted_pickle(srgan, evil, photo_dir, tmp_path,
     refused_whole(srgan("compare", path, image, "-o", tmp_path / "c.png"))
     refused_whole(srgan("bench", "upscale", "-k", path, "--iters", "1", "--no-baseline"))
     refused_whole(srgan("train", *set_args(tiny_overrides(photo_dir, tmp_path / "a", f"model.init_from={path}"))))
-    refused_whole(srgan("train", *set_args(tiny_overrides(photo_dir, tmp_path / "b", "loss.weights.perceptual=0.1",
-                                                          f"loss.perceptual.weights={weights}"))))
+    refused_whole(
+        srgan(
+            "train",
+            *set_args(
+                tiny_overrides(
+                    photo_dir, tmp_path / "b", "loss.weights.perceptual=0.1", f"loss.perceptual.weights={weights}"
+                )
+            ),
+        )
+    )
     # the resumed checkpoint
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
@@ -57,6 +66,14 @@ def test_no_loading_path_runs_a_planted_pickle(srgan, evil, photo_dir, tmp_path,
     shutil.copyfile(weights, hub / "checkpoints" / "vgg16-397923af.pth")
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # torch.hub.get_dir() is then tmp_path/hub
     assert torch.hub.get_dir() == str(hub)
-    refused_whole(srgan("train", *set_args(tiny_overrides(photo_dir, tmp_path / "c", "loss.weights.perceptual=0.1",
-                                                          "loss.perceptual.weights=imagenet"))))
+    refused_whole(
+        srgan(
+            "train",
+            *set_args(
+                tiny_overrides(
+                    photo_dir, tmp_path / "c", "loss.weights.perceptual=0.1", "loss.perceptual.weights=imagenet"
+                )
+            ),
+        )
+    )
     assert not marker.exists()

@@ -2,6 +2,7 @@
 with glob characters, forged prepared indexes, a SIGTERM in a video upscale,
 video frames over the pixel limit, `srgan evaluate` of one photo and of a
 name with a newline."""
+
 from __future__ import annotations
 
 import json
@@ -29,17 +30,30 @@ DEAD_PID = 2**31 - 2
 
 def start(*args: str) -> subprocess.Popen:
     """`srgan ARGS` in a process of its own, not waited for."""
-    return subprocess.Popen([sys.executable, "-m", "srgan.cli", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return subprocess.Popen(
+        [sys.executable, "-m", "srgan.cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "g.pt"
-    save_checkpoint(path, {
-        "generator": Generator(4, 1, 8).state_dict(), "discriminator": {}, "optimizer_g": {}, "optimizer_d": {},
-        "epoch": 0, "step": 0, "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
-    })
+    save_checkpoint(
+        path,
+        {
+            "generator": Generator(4, 1, 8).state_dict(),
+            "discriminator": {},
+            "optimizer_g": {},
+            "optimizer_d": {},
+            "epoch": 0,
+            "step": 0,
+            "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
+        },
+    )
     return path
 
 
@@ -56,13 +70,15 @@ def source(tmp_path_factory):
 @pytest.fixture(scope="module")
 def prepared(source, tmp_path_factory):
     out = tmp_path_factory.mktemp("prepared") / "set.prepared"
-    result = subprocess.run([sys.executable, "-m", "srgan.cli", "prepare", str(source), "-o", str(out)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "srgan.cli", "prepare", str(source), "-o", str(out)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     return out
 
 
 # --- srgan prepare ------------------------------------------------------------
+
 
 def test_two_prepares_started_together_one_wins_the_other_is_refused(source, tmp_path):
     out = tmp_path / "set.prepared"
@@ -85,8 +101,10 @@ def test_the_final_rename_never_replaces_even_an_empty_folder(tmp_path, monkeypa
     from srgan.data import prepared
 
     if not renameat2:
+
         def no_libc(*args, **kwargs):
             raise OSError("no C library here")
+
         monkeypatch.setattr(prepared.ctypes, "CDLL", no_libc)
     built = tmp_path / "built"
     built.mkdir()
@@ -152,13 +170,16 @@ def make_huge(copy):
         f.truncate(2**32)  # sparse: 4 GiB that cost no disk
 
 
-@pytest.mark.parametrize("forge, culprit", [
-    (forge_many_entries, "image 1 overlaps image 0"),
-    (nest_deep, "not a readable index (nested too deeply)"),
-    (make_fifo, "not a regular file"),
-    (link_to_dev_zero, "not a regular file"),
-    (make_huge, "a prepared dataset's index is at most"),
-])
+@pytest.mark.parametrize(
+    "forge, culprit",
+    [
+        (forge_many_entries, "image 1 overlaps image 0"),
+        (nest_deep, "not a readable index (nested too deeply)"),
+        (make_fifo, "not a regular file"),
+        (link_to_dev_zero, "not a regular file"),
+        (make_huge, "a prepared dataset's index is at most"),
+    ],
+)
 def test_a_forged_index_is_refused_in_one_line(srgan, prepared, tmp_path, forge, culprit):
     copy = copy_of(prepared, tmp_path)
     forge(copy)
@@ -171,6 +192,7 @@ def test_a_forged_index_is_refused_in_one_line(srgan, prepared, tmp_path, forge,
 
 # --- srgan upscale of a video -------------------------------------------------
 
+
 @pytest.fixture
 def clip(tmp_path):
     """An H.264 clip of `frames` frames of width x height (a pan over a photo), no sound."""
@@ -180,6 +202,7 @@ def clip(tmp_path):
     def make(frames: int, width: int = 64, height: int = 48):
         frames = panning_frames(skimage_photo("astronaut"), width, height, frames)
         return write_clip(tmp_path / "clip.mp4", frames, sound=False)
+
     return make
 
 
@@ -224,8 +247,7 @@ def test_an_interrupt_while_the_encoder_flushes_waits_for_it():
         signal.signal(signal.SIGUSR1, previous)
 
 
-def test_video_frames_over_the_pixel_limit_are_refused_before_decoding(srgan, checkpoint, clip, tmp_path,
-                                                                        monkeypatch):
+def test_video_frames_over_the_pixel_limit_are_refused_before_decoding(srgan, checkpoint, clip, tmp_path, monkeypatch):
     """The image limit, lowered below 64x48 (a clip of frames over the real
     limit would cost gigabytes to make): no frame reaches the network."""
     from srgan.data import images
@@ -246,6 +268,7 @@ def test_video_frames_over_the_pixel_limit_are_refused_before_decoding(srgan, ch
 
 # --- srgan evaluate -----------------------------------------------------------
 
+
 def test_evaluate_scores_one_photo(srgan, checkpoint, tmp_path):
     photo = tmp_path / "cup.png"
     Image.fromarray(skimage_photo("coffee")[:96, :128]).save(photo)
@@ -262,10 +285,11 @@ def test_evaluate_scores_one_photo(srgan, checkpoint, tmp_path):
     both = srgan("evaluate", photo, folder, "-k", checkpoint, *CPU)
     assert both.returncode == 0, both
     assert "set mean" in both.stdout and "cup" in both.stdout
-    assert_refused(srgan("evaluate", tmp_path / "scores.json", "-k", checkpoint, *CPU),
-                   "scores.json: not an image (expected a folder of images or an image file")
-    assert_refused(srgan("evaluate", tmp_path / "none.png", "-k", checkpoint, *CPU),
-                   "none.png: no such file or folder")
+    assert_refused(
+        srgan("evaluate", tmp_path / "scores.json", "-k", checkpoint, *CPU),
+        "scores.json: not an image (expected a folder of images or an image file",
+    )
+    assert_refused(srgan("evaluate", tmp_path / "none.png", "-k", checkpoint, *CPU), "none.png: no such file or folder")
 
 
 def test_a_name_with_a_newline_keeps_the_evaluate_table_one_row_an_image(srgan, checkpoint, tmp_path):

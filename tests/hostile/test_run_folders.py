@@ -1,6 +1,7 @@
 """Run folders: inputs are checked before a folder is touched, a run that
 died before its first checkpoint is taken up again, and one process at a
 time writes a run folder."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ def test_bad_inputs_are_refused_before_a_run_folder_exists(srgan, photo_dir, tmp
     run = tmp_path / "run"
     for extra, culprit in (
         ([f"data.val={broken_val}"], "data.val: none of the 1 images can be decoded"),
-        (["loss.weights.perceptual=0.01", "loss.perceptual.layer=pool5", "data.crop_size=16"],
-         "data.crop_size: expected at least 32 px: loss.perceptual.layer pool5 comes after 5"),
+        (
+            ["loss.weights.perceptual=0.01", "loss.perceptual.layer=pool5", "data.crop_size=16"],
+            "data.crop_size: expected at least 32 px: loss.perceptual.layer pool5 comes after 5",
+        ),
         (["data.val_max_size=12"], "data.val_max_size"),
     ):
         assert_refused(srgan("train", *set_args(tiny_overrides(photo_dir, run, *extra))), culprit)
@@ -74,9 +77,19 @@ def test_a_locked_run_folder_is_refused_by_name_and_a_stale_lock_taken_over(srga
     run = tmp_path / "run"
     assert srgan("train", *set_args(tiny_overrides(photo_dir, run))).returncode == 0
     before = snapshot(run)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from srgan.files import RunLock; RunLock(sys.argv[1]).acquire(); "
-        "print('locked', flush=True); time.sleep(120)"), str(run)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from srgan.files import RunLock; RunLock(sys.argv[1]).acquire(); "
+                "print('locked', flush=True); time.sleep(120)"
+            ),
+            str(run),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         result = srgan("train", "--resume", run, "--set", "train.max_steps=4", "--set", "train.epochs=10")
@@ -94,11 +107,26 @@ def test_a_locked_run_folder_is_refused_by_name_and_a_stale_lock_taken_over(srga
 
 def test_two_resumes_at_once_one_refused_no_duplicate_rows(photo_dir, tmp_path):
     run = tmp_path / "run"
-    first = subprocess.run([sys.executable, "-m", "srgan.cli", "train", *set_args(tiny_overrides(photo_dir, run))],
-                           capture_output=True, text=True)
+    first = subprocess.run(
+        [sys.executable, "-m", "srgan.cli", "train", *set_args(tiny_overrides(photo_dir, run))],
+        capture_output=True,
+        text=True,
+    )
     assert first.returncode == 0, first.stderr
-    command = [sys.executable, "-m", "srgan.cli", "train", "--resume", str(run), "--set", "train.max_steps=150",
-               "--set", "data.repeat=50", "--set", "train.epochs=100"]
+    command = [
+        sys.executable,
+        "-m",
+        "srgan.cli",
+        "train",
+        "--resume",
+        str(run),
+        "--set",
+        "train.max_steps=150",
+        "--set",
+        "data.repeat=50",
+        "--set",
+        "train.epochs=100",
+    ]
     both = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in both]
     codes = sorted(code for code, _ in results)
@@ -124,7 +152,8 @@ def test_a_run_folder_that_cannot_be_one(srgan, photo_dir, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("mine")
     assert_refused(srgan("train", *set_args(tiny_overrides(photo_dir, blocker))), "is a file, not a folder")
-    assert_refused(srgan("train", *set_args(tiny_overrides(photo_dir, blocker / "run"))),
-                   "cannot be used as a run folder")
+    assert_refused(
+        srgan("train", *set_args(tiny_overrides(photo_dir, blocker / "run"))), "cannot be used as a run folder"
+    )
     assert blocker.read_text() == "mine"
     assert_refused(srgan("train", "--resume", blocker), "not a run folder")

@@ -2,6 +2,7 @@
 in a sweep folder), a whole section given as a value is merged key by key,
 a sweep.yaml read back is checked as strictly as when it was written, and
 variant folder names fit the file system whatever the values."""
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,14 @@ from srgan.training import train
 def section_sweep(photo_dir, tmp_path_factory):
     """A finished sweep of 2 tiny variants whose swept values are whole sections."""
     folder = tmp_path_factory.mktemp("sweeps") / "sections"
-    result = run_cli("train", *set_args(tiny_overrides(photo_dir, folder)),
-                     "--sweep", "train={lr_g: 1e-3},{lr_g: 2e-3, lr_schedule: {gamma: 0.5}}",
-                     "--sweep", "model={blocks: 2}")
+    result = run_cli(
+        "train",
+        *set_args(tiny_overrides(photo_dir, folder)),
+        "--sweep",
+        "train={lr_g: 1e-3},{lr_g: 2e-3, lr_schedule: {gamma: 0.5}}",
+        "--sweep",
+        "model={blocks: 2}",
+    )
     assert result.returncode == 0, result
     return folder
 
@@ -31,9 +37,12 @@ def section_sweep(photo_dir, tmp_path_factory):
 @pytest.fixture
 def plan(photo_dir, tmp_path) -> dict:
     """A sweep.yaml as `srgan train --sweep train.lr_g=1e-3,2e-3 --sweep model.blocks=2` writes it."""
-    return {"config": "demo", "overrides": tiny_overrides(photo_dir, tmp_path / "elsewhere"),
-            "sweep": [{"key": "train.lr_g", "values": ["1e-3", "2e-3"]}, {"key": "model.blocks", "values": ["2"]}],
-            "variants": ["lr_g=1e-3,blocks=2", "lr_g=2e-3,blocks=2"]}
+    return {
+        "config": "demo",
+        "overrides": tiny_overrides(photo_dir, tmp_path / "elsewhere"),
+        "sweep": [{"key": "train.lr_g", "values": ["1e-3", "2e-3"]}, {"key": "model.blocks", "values": ["2"]}],
+        "variants": ["lr_g=1e-3,blocks=2", "lr_g=2e-3,blocks=2"],
+    }
 
 
 def run_config(run) -> dict:
@@ -79,27 +88,41 @@ def test_a_run_into_a_sweep_folder_is_refused(srgan, photo_dir, plan, tmp_path):
 
 
 def test_a_section_value_is_merged_key_by_key(srgan):
-    shown = srgan("config", "show", "demo", "--set", "model={blocks: 1}", "--set",
-                  "train={lr_schedule: {gamma: 0.5}, max_steps: 9}")
+    shown = srgan(
+        "config",
+        "show",
+        "demo",
+        "--set",
+        "model={blocks: 1}",
+        "--set",
+        "train={lr_schedule: {gamma: 0.5}, max_steps: 9}",
+    )
     assert shown.returncode == 0, shown
     config = yaml.safe_load(shown.stdout)
     demo = yaml.safe_load(srgan("config", "show", "demo").stdout)
     assert config["model"] == {**demo["model"], "blocks": 1}  # channels stays the demo's 32
-    assert config["train"] == {**demo["train"], "max_steps": 9,
-                               "lr_schedule": {**demo["train"]["lr_schedule"], "gamma": 0.5}}
-    assert {k: v for k, v in config.items() if k not in ("model", "train")} == \
-        {k: v for k, v in demo.items() if k not in ("model", "train")}
+    assert config["train"] == {
+        **demo["train"],
+        "max_steps": 9,
+        "lr_schedule": {**demo["train"]["lr_schedule"], "gamma": 0.5},
+    }
+    assert {k: v for k, v in config.items() if k not in ("model", "train")} == {
+        k: v for k, v in demo.items() if k not in ("model", "train")
+    }
 
 
-@pytest.mark.parametrize("override, culprit", [
-    ("model=3", "model: expected a mapping, got 3 (int); or set its keys one by one, e.g. --set model.arch="),
-    ("train.lr_schedule=[1]", "train.lr_schedule: expected a mapping, got a list"),
-    ("model=null", "model: expected a mapping, got null"),
-    ("model={blokcs: 1}", "unknown key model.blokcs (did you mean 'blocks'?)"),
-    ("train={lr_schedule: {gama: 0.5}}", "unknown key train.lr_schedule.gama (did you mean 'gamma'?)"),
-    ("train={lr_schedule: 3}", "train.lr_schedule: expected a mapping, got 3 (int)"),
-    ("train={epochs: many}", "train.epochs: expected an integer, got 'many'"),
-])
+@pytest.mark.parametrize(
+    "override, culprit",
+    [
+        ("model=3", "model: expected a mapping, got 3 (int); or set its keys one by one, e.g. --set model.arch="),
+        ("train.lr_schedule=[1]", "train.lr_schedule: expected a mapping, got a list"),
+        ("model=null", "model: expected a mapping, got null"),
+        ("model={blokcs: 1}", "unknown key model.blokcs (did you mean 'blocks'?)"),
+        ("train={lr_schedule: {gama: 0.5}}", "unknown key train.lr_schedule.gama (did you mean 'gamma'?)"),
+        ("train={lr_schedule: 3}", "train.lr_schedule: expected a mapping, got 3 (int)"),
+        ("train={epochs: many}", "train.epochs: expected an integer, got 'many'"),
+    ],
+)
 def test_a_section_value_that_is_no_mapping_or_has_unknown_keys_is_refused(srgan, override, culprit):
     assert_refused(srgan("config", "show", "demo", "--set", override), culprit)
 
@@ -115,8 +138,13 @@ def test_a_swept_section_keeps_the_other_settings_of_the_section(section_sweep):
         t = config["train"]
         assert (t["lr_g"], t["lr_schedule"]["gamma"]) == (lr_g, gamma)
         # the user's --set and the preset's values of the swept sections are all still there
-        assert (t["max_steps"], t["precision"], t["device"], t["epochs"], t["lr_d"]) == (2, "fp32", "cpu", 1,
-                                                                                      demo.train.lr_d)
+        assert (t["max_steps"], t["precision"], t["device"], t["epochs"], t["lr_d"]) == (
+            2,
+            "fp32",
+            "cpu",
+            1,
+            demo.train.lr_d,
+        )
         assert t["lr_schedule"]["kind"] == demo.train.lr_schedule.kind and t["run_dir"] == str(run)
         assert (config["model"]["blocks"], config["model"]["channels"], config["model"]["d_channels"]) == (2, 8, 8)
         assert config["model"]["residual"] == demo.model.residual
@@ -129,6 +157,7 @@ def edit(change):
     def apply(plan: dict) -> str:
         change(plan)
         return yaml.safe_dump(plan, sort_keys=False)
+
     return apply
 
 
@@ -140,8 +169,10 @@ TAMPERED = {
     "no values": (edit(lambda p: p["sweep"][0].update(values=[])), "sweep[0].values: expected at least one value"),
     "no sweep": (edit(lambda p: p.update(sweep=[])), "sweep: expected at least one key"),
     "a key twice": (edit(lambda p: p["sweep"].append(dict(p["sweep"][0]))), "sweep: train.lr_g given twice"),
-    "a YAML key twice": (lambda p: "config: demo\n" + yaml.safe_dump(p, sort_keys=False),
-                         "line 2: key 'config' given twice"),
+    "a YAML key twice": (
+        lambda p: "config: demo\n" + yaml.safe_dump(p, sort_keys=False),
+        "line 2: key 'config' given twice",
+    ),
     "no variants": (edit(lambda p: p.pop("variants")), "missing variants"),
     "an extra key": (edit(lambda p: p.update(extra=1)), "unknown key extra"),
     "an extra axis key": (edit(lambda p: p["sweep"][0].update(step=1)), "sweep[0]: unknown key step"),
@@ -152,26 +183,39 @@ TAMPERED = {
     "config unknown": (edit(lambda p: p.update(config="nope")), "no preset named 'nope'"),
     "overrides a string": (edit(lambda p: p.update(overrides="x=1")), "overrides: expected a list, got 'x=1'"),
     "an override a number": (edit(lambda p: p["overrides"].append(1)), "overrides[19]: expected a string, got 1"),
-    "an override wrong": (edit(lambda p: p["overrides"].append("train.epochs=many")),
-                          "train.epochs: expected an integer, got 'many'"),
-    "a value wrong": (edit(lambda p: p.update(sweep=[p["sweep"][0], {"key": "model.blocks", "values": ["999"]}],
-                                              variants=["lr_g=1e-3,blocks=999", "lr_g=2e-3,blocks=999"])),
-                      "model.blocks: expected at most 128"),
+    "an override wrong": (
+        edit(lambda p: p["overrides"].append("train.epochs=many")),
+        "train.epochs: expected an integer, got 'many'",
+    ),
+    "a value wrong": (
+        edit(
+            lambda p: p.update(
+                sweep=[p["sweep"][0], {"key": "model.blocks", "values": ["999"]}],
+                variants=["lr_g=1e-3,blocks=999", "lr_g=2e-3,blocks=999"],
+            )
+        ),
+        "model.blocks: expected at most 128",
+    ),
     "sweep a mapping": (edit(lambda p: p.update(sweep={"key": "x"})), "sweep: expected a list, got a mapping"),
-    "an axis a number": (edit(lambda p: p["sweep"].__setitem__(0, 3)),
-                         "sweep[0]: expected a mapping of key and values, got 3"),
+    "an axis a number": (
+        edit(lambda p: p["sweep"].__setitem__(0, 3)),
+        "sweep[0]: expected a mapping of key and values, got 3",
+    ),
     "a key a number": (edit(lambda p: p["sweep"][0].update(key=3)), "sweep[0].key: expected a string, got 3"),
     "values numbers": (edit(lambda p: p["sweep"][1].update(values=[2])), "sweep[1].values[0]: expected a string"),
     "values a string": (edit(lambda p: p["sweep"][1].update(values="2")), "sweep[1].values: expected a list"),
     "an empty value": (edit(lambda p: p["sweep"][1].update(values=[""])), "sweep[1].values[0]: expected a value"),
     "variants a string": (edit(lambda p: p.update(variants="a")), "variants: expected a list, got 'a'"),
-    "a variant renamed": (edit(lambda p: p["variants"].__setitem__(0, "../escape")),
-                          "variants: expected the grid's folder names"),
+    "a variant renamed": (
+        edit(lambda p: p["variants"].__setitem__(0, "../escape")),
+        "variants: expected the grid's folder names",
+    ),
     "a variant missing": (edit(lambda p: p["variants"].pop()), "variants: expected the grid's folder names"),
     "a variant added": (edit(lambda p: p["variants"].append("more")), "variants: expected the grid's folder names"),
-    "a huge grid": (edit(lambda p: p.update(sweep=[{"key": f"k{i}", "values": [str(v) for v in range(10)]}
-                                                   for i in range(9)])),
-                    "more than 1,000 variants; a sweep trains at most 1,000"),
+    "a huge grid": (
+        edit(lambda p: p.update(sweep=[{"key": f"k{i}", "values": [str(v) for v in range(10)]} for i in range(9)])),
+        "more than 1,000 variants; a sweep trains at most 1,000",
+    ),
     "a huge file": (lambda p: yaml.safe_dump(p) + "#" * (2 << 20) + "\n", "bytes; a sweep plan is at most 1,048,576"),
     "not YAML": (text("config: [demo\n"), "line 2"),
 }
@@ -222,10 +266,16 @@ def test_long_values_give_short_unique_stable_folder_names(srgan, photo_dir, tmp
     # a name's first 60 characters are 180 bytes of UTF-8: with the other
     # settings, the folder names would pass 255 bytes
     names = ["甲" + "长" * 64, "乙" + "长" * 64]  # 195 bytes: a name is at most 200
-    result = srgan("train", *set_args(tiny_overrides(photo_dir, folder)),
-                   "--sweep", "name=" + ",".join(names),
-                   "--sweep", "gan={d_loss: bce, update: retain_graph}",
-                   "--sweep", "loss.perceptual={network: vgg16, layer: relu1_2, weights: none}")
+    result = srgan(
+        "train",
+        *set_args(tiny_overrides(photo_dir, folder)),
+        "--sweep",
+        "name=" + ",".join(names),
+        "--sweep",
+        "gan={d_loss: bce, update: retain_graph}",
+        "--sweep",
+        "loss.perceptual={network: vgg16, layer: relu1_2, weights: none}",
+    )
     assert result.returncode == 0, result
     plan = yaml.safe_load((folder / "sweep.yaml").read_text())
     variants = plan["variants"]

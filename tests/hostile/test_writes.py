@@ -1,6 +1,7 @@
 """Writes that could destroy data: every command's outputs refuse inputs and
 existing files (without --force), stay in the folder asked for, and are
 never half written."""
+
 from __future__ import annotations
 
 import json
