@@ -101,6 +101,26 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
+def bare_checkpoint(path: Path, generator: torch.nn.Module | None = None) -> Path:
+    """A checkpoint holding only a generator (x4, 1 block, 8 channels; fresh
+    weights unless given), as upscale, evaluate and compare read it."""
+    from srgan.models import Generator, save_checkpoint
+
+    save_checkpoint(
+        path,
+        {
+            "generator": (generator or Generator(4, 1, 8)).state_dict(),
+            "discriminator": {},
+            "optimizer_g": {},
+            "optimizer_d": {},
+            "epoch": 0,
+            "step": 0,
+            "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
+        },
+    )
+    return path
+
+
 def set_args(overrides: list[str]) -> list[str]:
     return [arg for value in overrides for arg in ("--set", value)]
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import assert_refused, set_args, skimage_photo, tiny_overrides
-from srgan.models import Generator, save_checkpoint
+from conftest import assert_refused, bare_checkpoint, set_args, skimage_photo, tiny_overrides
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
 
@@ -23,18 +22,7 @@ def inputs(tmp_path):
     """An image in its own folder and a tiny generator checkpoint beside it."""
     (tmp_path / "in").mkdir()
     Image.fromarray(skimage_photo("coffee")[:32, :32]).save(tmp_path / "in" / "coffee.png")
-    save_checkpoint(
-        tmp_path / "g.pt",
-        {
-            "generator": Generator(4, 1, 8).state_dict(),
-            "discriminator": {},
-            "optimizer_g": {},
-            "optimizer_d": {},
-            "epoch": 0,
-            "step": 0,
-            "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
-        },
-    )
+    bare_checkpoint(tmp_path / "g.pt")
     return tmp_path
 
 

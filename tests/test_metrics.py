@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-from conftest import run_cli, skimage_photo
+from conftest import bare_checkpoint, run_cli, skimage_photo
 from srgan.inference.metrics import psnr_y, rgb8_to_y, ssim_y
 
 SET5 = Path(__file__).parent / "data" / "Set5"
@@ -66,22 +66,7 @@ def test_y_channel_is_matlabs_rgb2ycbcr():
 
 def tiny_checkpoint(tmp_path: Path) -> Path:
     """A bare generator checkpoint (1 block, 8 channels, x4) to score with."""
-    from srgan.models import Generator, save_checkpoint
-
-    ckpt = tmp_path / "g.pt"
-    save_checkpoint(
-        ckpt,
-        {
-            "generator": Generator(4, 1, 8).state_dict(),
-            "discriminator": {},
-            "optimizer_g": {},
-            "optimizer_d": {},
-            "epoch": 0,
-            "step": 0,
-            "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
-        },
-    )
-    return ckpt
+    return bare_checkpoint(tmp_path / "g.pt")
 
 
 def test_evaluate_gives_the_literature_bicubic_on_set5(tmp_path):

@@ -7,12 +7,12 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import run_cli, skimage_photo
+from conftest import bare_checkpoint, run_cli, skimage_photo
 from srgan.configs import SrganError
 from srgan.inference.imageio import Picture, read_picture, write_png16
 from srgan.inference.tiles import activation_budget, activation_bytes_per_pixel, auto_tile, tile_grid, upscale_tiled
 from srgan.inference.upscale import UpscaleOptions, upscale_picture, upscale_rgb8
-from srgan.models import Generator, Runtime, save_checkpoint
+from srgan.models import Generator, Runtime
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
 CPU32 = Runtime(torch.device("cpu"), "fp32")
@@ -35,18 +35,7 @@ def random_generator(scale: int, blocks: int, channels: int, seed: int = 0) -> G
 def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
     g = random_generator(4, 1, 8)
-    save_checkpoint(
-        path,
-        {
-            "generator": g.state_dict(),
-            "discriminator": {},
-            "optimizer_g": {},
-            "optimizer_d": {},
-            "epoch": 0,
-            "step": 0,
-            "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
-        },
-    )
+    bare_checkpoint(path, g)
     return path, g
 
 

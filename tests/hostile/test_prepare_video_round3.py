@@ -18,10 +18,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import assert_refused, no_temporary_files, set_args, skimage_photo, tiny_overrides
+from conftest import assert_refused, bare_checkpoint, no_temporary_files, set_args, skimage_photo, tiny_overrides
 from srgan.configs import SrganError
 from srgan.data import PreparedImages
-from srgan.models import Generator, save_checkpoint
 
 CPU = ("--device", "cpu", "--precision", "fp32")
 # No process has this id (Linux's pid_max is at most 2**22): a temporary of a dead prepare.
@@ -42,18 +41,7 @@ def start(*args: str) -> subprocess.Popen:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "g.pt"
-    save_checkpoint(
-        path,
-        {
-            "generator": Generator(4, 1, 8).state_dict(),
-            "discriminator": {},
-            "optimizer_g": {},
-            "optimizer_d": {},
-            "epoch": 0,
-            "step": 0,
-            "config": {"model": {"scale": 4, "blocks": 1, "channels": 8}},
-        },
-    )
+    bare_checkpoint(path)
     return path
 
 
