@@ -204,12 +204,19 @@ def check_bench_upscale(work: Path) -> dict:
 
 
 def check_rrdb(work: Path) -> dict:
-    """ESRGAN's generator (model.arch rrdb): a short run on CUDA, its resume
-    and a tiled bf16 upscale; then the training step at the presets' size
-    (23 blocks x 64 channels, growth 32, 128 px crops, batch 16) in fp32 and
-    bf16, channels_last."""
+    """ESRGAN's generator (model.arch rrdb) against Real-ESRGAN's U-Net D with
+    the relativistic GAN: a short fp16 run on CUDA (AMP, gradient scaler), its
+    resume and a tiled bf16 upscale; then esrgan_x4's training step at its
+    size (23 blocks x 64 channels, growth 32, 128 px crops, batch 16) with the
+    U-Net D in fp32, bf16 and fp16, channels_last."""
     run = work / "rrdb"
-    arch = ["model.arch=rrdb", "model.growth=8"]
+    arch = [
+        "model.arch=rrdb",
+        "model.growth=8",
+        "gan.discriminator=unet",
+        "gan.d_loss=relativistic",
+        "train.precision=fp16",
+    ]
     first = srgan(
         "train",
         "--config",
@@ -239,18 +246,16 @@ def check_rrdb(work: Path) -> dict:
         timeout=180,
     )
     results: dict[str, Any] = {"resume": again.returncode == 0, "upscale bf16": up.returncode == 0}
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "bf16", "fp16"):
         done = srgan(
             "bench",
             "train",
+            "--config",
+            "esrgan_x4",
             "--set",
             "train.device=cuda",
             "--set",
-            "model.arch=rrdb",
-            "--set",
-            "model.blocks=23",
-            "--set",
-            "model.channels=64",
+            "gan.discriminator=unet",
             "--set",
             f"train.precision={precision}",
             "--batch",
@@ -277,7 +282,7 @@ def check_rrdb(work: Path) -> dict:
     ok = (
         results["resume"]
         and results["upscale bf16"]
-        and all("error" not in results[f"bench {p}"] for p in ("fp32", "bf16"))
+        and all("error" not in results[f"bench {p}"] for p in ("fp32", "bf16", "fp16"))
     )
     return {"ok": ok, **results, "error": (again.stderr + up.stderr).strip().splitlines()[-1:] if not ok else []}
 
