@@ -87,12 +87,19 @@ def test_micro_batches_give_the_update_of_the_whole_batch_gan(d_kind, update):
         assert stats_micro[name].item() == pytest.approx(stats_whole[name].item(), rel=1e-5), name
 
 
-def test_each_micro_batch_runs_the_generator_once():
-    parts = parts_for(4)
+@pytest.mark.parametrize("accumulate", [1, 4])
+def test_the_generator_keeps_one_micro_batchs_graph_at_a_time(accumulate):
+    """One batch: one G forward, whose graph serves both updates. K micro-
+    batches: D judges fakes made without a graph, then G runs again with one,
+    a micro-batch at a time, so no more than one micro-batch's graph is alive."""
+    parts = parts_for(accumulate)
     calls = []
-    parts.generator.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    parts.generator.register_forward_hook(lambda module, args, out: calls.append((args[0].shape[0], out.requires_grad)))
     gan_step(parts, *batch())
-    assert calls == [1, 1, 1, 1]
+    if accumulate == 1:
+        assert calls == [(4, True)]
+    else:
+        assert calls == [(1, False)] * 4 + [(1, True)] * 4
 
 
 def test_batch_size_must_be_a_multiple_of_accumulate(srgan, tmp_path, photo_dir):

@@ -37,8 +37,12 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     micro = list(zip(lr.chunk(parts.accumulate), hr.chunk(parts.accumulate), strict=True))
     k = len(micro)
 
-    # 1. The generator runs once a micro-batch; its graphs serve both updates.
-    with parts.runtime.autocast():
+    # 1. The generator runs once; its graph serves both updates. With several
+    # micro-batches, their graphs kept until G's update would take the memory
+    # of the whole batch, which accumulating is there to avoid: then D judges
+    # fakes made without a graph, and G runs again in step 3, one micro-batch
+    # (one graph) at a time: one more forward, without gradient, a micro-batch.
+    with parts.runtime.autocast(), torch.set_grad_enabled(k == 1):
         fakes = [G(x) for x, _ in micro]
 
     # 2. D step: minimise d_loss on D(x) and D(G(z)).
@@ -82,8 +86,10 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     judge = unwrap(D)
     parts.optimizer_g.zero_grad(set_to_none=True)
     g_rows = []
-    for fake, (_, real) in zip(fakes, micro, strict=True):
+    for fake, (x, real) in zip(fakes, micro, strict=True):
         with parts.runtime.autocast():
+            if k > 1:  # made without a graph in step 1
+                fake = G(x)
             with torch.no_grad():
                 real_logit_g = judge(real) if objective.needs_real else None
             g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g)
