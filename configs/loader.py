@@ -8,9 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import os
 import re
-import stat
 import types
 import typing
 from importlib import resources
@@ -21,6 +19,7 @@ import yaml
 
 from srgan.configs.errors import SrganError
 from srgan.configs.schema import ARCH_KEYS, ARCH_SCALES, Config, PerceptualConfig
+from srgan.files.reading import read_regular_bytes
 
 DEFAULT_PRESET = "demo"
 
@@ -180,7 +179,7 @@ def _read_source(source: str) -> tuple[dict, str, str]:
         path = Path(str(resources.files("srgan.configs") / f"{source}.yaml"))
     if not path.is_file():
         raise SrganError(f"--config: {source}: no such file")
-    raw = read_yaml_file(path, "a config")
+    raw = read_yaml_file(path, "config")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -189,24 +188,13 @@ def _read_source(source: str) -> tuple[dict, str, str]:
 
 
 def read_yaml_file(path: Path, what: str, unique_keys: bool = False) -> Any:
-    """A YAML file of at most MAX_CONFIG_BYTES that anyone may have edited,
-    parsed (see parse_yaml). Only a regular file is read: a FIFO would wait
-    for a writer forever, a device never ends."""
+    """A YAML `what` ("config", "sweep plan") of at most MAX_CONFIG_BYTES that
+    anyone may have edited, parsed (see parse_yaml); read by the one bounded
+    reader of regular files (a FIFO would wait forever, a device never ends)."""
+    data = read_regular_bytes(path, MAX_CONFIG_BYTES, what)
     try:
-        # O_NONBLOCK: a FIFO opens at once instead of waiting for a writer; fstat then refuses it
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-            raise SrganError(f"{path}: expected a regular file ({what}), got {kind}")
-        with os.fdopen(fd, "rb") as file:
-            data = file.read(MAX_CONFIG_BYTES + 1)
-            size = max(len(data), os.fstat(fd).st_size)
-        if size > MAX_CONFIG_BYTES:
-            raise SrganError(f"{path}: {size:,} bytes; {what} is at most {MAX_CONFIG_BYTES:,}")
         text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
         raise SrganError(f"{path}: cannot be read ({error.__class__.__name__}: {error})") from None
     return parse_yaml(text, str(path), unique_keys)
 

@@ -237,7 +237,7 @@ def read_sweep(folder: Path) -> tuple[Path, str, list[str], list[tuple[str, list
                 raise refuse(f"{where}[{i}]: expected a string, got {_show(item)}")
         return value
 
-    plan = mapping(read_yaml_file(path, "a sweep plan", unique_keys=True), "", PLAN_KEYS)
+    plan = mapping(read_yaml_file(path, "sweep plan", unique_keys=True), "", PLAN_KEYS)
     source = plan["config"]
     if not isinstance(source, str) or not source.strip():
         raise refuse(f"config: expected a preset name or a YAML path, got {_show(source)}")

@@ -244,7 +244,7 @@ def test_a_sweep_plan_that_is_no_regular_file_is_refused(srgan, tmp_path, kind):
         os.mkfifo(plan)  # reading it would wait forever for a writer
     else:
         plan.symlink_to("/dev/zero")  # endless
-    assert_refused(srgan("train", "--resume", folder), f"{plan}: expected a regular file")
+    assert_refused(srgan("train", "--resume", folder), f"{plan}: not a regular file")
     assert [p.name for p in folder.iterdir()] == ["sweep.yaml"]
 
 
