@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from srgan.configs import Config, SrganError, config_from_dict, config_to_dict, load_config, preset_names
-from srgan.configs.loader import MAX_CONFIG_BYTES, parse_yaml
+from srgan.configs.loader import read_yaml_file
 from srgan.files import parse_json, read_regular_text
 from srgan.files.lock import holder_alive, read_holder
 from srgan.training.logs import is_number, read_run_logs
@@ -40,7 +40,7 @@ def read_run_config(run: Path) -> Config:
     path = run / "config.yaml"
     if not os.path.lexists(path):
         raise SrganError(f"{run}: no config.yaml")
-    raw = parse_yaml(read_regular_text(path, MAX_CONFIG_BYTES, "config"), str(path))
+    raw = read_yaml_file(path, "config")
     if not isinstance(raw, dict):
         raise SrganError(f"{path}: not a mapping")
     return config_from_dict(raw, str(path))
