@@ -254,17 +254,17 @@ def plan_outputs(
     output lies in the folder asked for (beside its input, or -o), is no
     input, is claimed once, and exists only with --force."""
     writable = (*OUTPUT_FORMATS, *VIDEO_CONTAINERS)
+    # -o names the one file to write, or None
     named = output if output is not None and output.suffix.lower() in writable and not output.is_dir() else None
-    names_a_file = named is not None  # -o names the one file to write
-    if output is not None and not names_a_file and not output.is_dir() and output.suffix.lower() in FOREIGN_EXTENSIONS:
+    if output is not None and named is None and not output.is_dir() and output.suffix.lower() in FOREIGN_EXTENSIONS:
         raise SrganError(
             f"-o {output}: cannot write {output.suffix} files; expected a folder, or a file name "
             f"ending in {', '.join(sorted(OUTPUT_FORMATS))} (images) or "
             f"{', '.join(sorted(VIDEO_CONTAINERS))} (videos)"
         )
-    if output is not None and output.exists() and not output.is_dir() and not names_a_file:
+    if output is not None and output.exists() and not output.is_dir() and named is None:
         raise SrganError(f"-o {output}: a file that is not an image srgan writes; expected a folder")
-    if names_a_file and len(files) > 1:
+    if named is not None and len(files) > 1:
         raise SrganError(f"-o {output}: names one file, but there are {len(files)} inputs (give a folder)")
     if named is not None and files and is_video(files[0]) != (named.suffix.lower() in VIDEO_CONTAINERS):
         kind, expected = ("a video", VIDEO_CONTAINERS) if is_video(files[0]) else ("an image", OUTPUT_FORMATS)
