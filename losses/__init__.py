@@ -1,6 +1,6 @@
 """The generator's and discriminator's objectives."""
 
-from srgan.losses.adversarial import OBJECTIVES, Objective, discriminator_loss, generator_adversarial_loss
+from srgan.losses.adversarial import OBJECTIVES, Objective
 from srgan.losses.criterion import GeneratorCriterion
 from srgan.losses.perceptual import VGGFeatures, build_vgg_features, perceptual_loss
 from srgan.losses.pixel import image_loss, tv_loss
@@ -11,8 +11,6 @@ __all__ = [
     "GeneratorCriterion",
     "VGGFeatures",
     "build_vgg_features",
-    "discriminator_loss",
-    "generator_adversarial_loss",
     "image_loss",
     "perceptual_loss",
     "tv_loss",

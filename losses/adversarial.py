@@ -68,13 +68,3 @@ OBJECTIVES = {
     "linear": Objective(linear_d, linear_g, needs_real=False),
     "relativistic": Objective(relativistic_d, relativistic_g, needs_real=True),
 }
-
-
-def discriminator_loss(real_logit: torch.Tensor, fake_logit: torch.Tensor, kind: str) -> torch.Tensor:
-    return OBJECTIVES[kind].d_loss(real_logit, fake_logit)
-
-
-def generator_adversarial_loss(
-    fake_logit: torch.Tensor, kind: str, real_logit: torch.Tensor | None = None
-) -> torch.Tensor:
-    return OBJECTIVES[kind].g_loss(real_logit, fake_logit)

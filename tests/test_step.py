@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from srgan.configs.schema import LossConfig, PerceptualConfig
-from srgan.losses import GeneratorCriterion, discriminator_loss, generator_adversarial_loss
+from srgan.losses import OBJECTIVES, GeneratorCriterion
 from srgan.models import Discriminator, Generator, resolve_runtime
 from srgan.training import TrainingParts, gan_step
 from srgan.training.step import generator_step
@@ -91,7 +91,7 @@ def test_d_gradients_come_from_d_loss_alone():
     G0, D0 = copy.deepcopy(parts.generator), copy.deepcopy(parts.discriminator)
     gan_step(parts, lr, hr)
     fake = G0(lr).detach()
-    d_loss = discriminator_loss(D0(hr), D0(fake), "bce")
+    d_loss = OBJECTIVES["bce"].d_loss(D0(hr), D0(fake))
     expected = torch.autograd.grad(d_loss, list(D0.parameters()))
     for got, want in zip((p.grad for p in parts.discriminator.parameters()), expected, strict=True):
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-7)
@@ -104,7 +104,7 @@ def test_g_step_sees_the_updated_discriminator():
     stats = gan_step(parts, lr, hr)
     fake = G0(lr)
     # D after its update, in train mode as the step runs it
-    adv_new = generator_adversarial_loss(parts.discriminator(fake), "bce")
+    adv_new = OBJECTIVES["bce"].g_loss(None, parts.discriminator(fake))
     assert stats["adversarial"].item() == pytest.approx(adv_new.item(), rel=1e-4, abs=1e-5)
 
 
