@@ -177,7 +177,7 @@ def _read_source(source: str) -> tuple[dict, str, str]:
                 "or give the path of a YAML file"
             )
         path = Path(str(resources.files("srgan.configs") / f"{source}.yaml"))
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a FIFO or a device: read_yaml_file says what it is
         raise SrganError(f"--config: {source}: no such file")
     raw = read_yaml_file(path, "config")
     if raw is None:

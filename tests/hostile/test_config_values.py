@@ -3,6 +3,7 @@ one line naming the key or file and what was expected, before any work."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,11 @@ def test_bad_config_files_are_one_line_naming_the_file(srgan, tmp_path, content,
 
 def test_a_folder_given_as_config(srgan, tmp_path):
     assert_refused(srgan("config", "show", f"{tmp_path}/"), "no such file")
+
+
+def test_a_fifo_or_device_given_as_config_is_named_for_what_it_is(srgan, tmp_path):
+    fifo, device = tmp_path / "fifo.yaml", tmp_path / "zero.yaml"
+    os.mkfifo(fifo)  # reading it would wait forever for a writer
+    device.symlink_to("/dev/zero")  # endless
+    assert_refused(srgan("config", "show", str(fifo)), "fifo.yaml: not a regular file (a FIFO)")
+    assert_refused(srgan("config", "show", str(device)), "zero.yaml: not a regular file (a character device)")
