@@ -59,12 +59,25 @@ def load_config(source: str | None = None, overrides: list[str] | tuple[str, ...
     raw, origin, stem = _read_source(source)
     raw.setdefault("name", stem)
     config = config_from_dict(raw, origin)  # the file's own mistakes name the file
-    if not overrides:
-        return config
-    for item in overrides:
-        _apply_override(raw, item)
-    _drop_keys_of_another_arch(raw, overrides)
-    return config_from_dict(raw, "--set")
+    if overrides:
+        for item in overrides:
+            _apply_override(raw, item)
+        _drop_keys_of_another_arch(raw, overrides)
+        config = config_from_dict(raw, "--set")
+    config.given_keys = frozenset(_dotted_keys(raw))
+    return config
+
+
+def _dotted_keys(raw: dict, prefix: str = "") -> list[str]:
+    """model.blocks, train.lr_schedule.gamma, ...: every key a document gives
+    (a mapping-valued setting, loss.perceptual.layers, counts as one)."""
+    keys = []
+    for key, value in raw.items():
+        if isinstance(value, dict) and prefix + str(key) not in ("loss.perceptual.layers",):
+            keys += _dotted_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
 
 
 def _drop_keys_of_another_arch(raw: dict, overrides: list[str] | tuple[str, ...]) -> None:
@@ -106,6 +119,7 @@ def config_to_dict(config: Config) -> dict:
     """The config as plain values: the keys of its model.arch only (a key of
     another arch would be refused when the dict is loaded again)."""
     values = dataclasses.asdict(config)
+    del values["given_keys"]  # how the config was written, not a setting
     for key, archs in ARCH_KEYS.items():
         if config.model.arch not in archs:
             del values["model"][key]
@@ -295,8 +309,8 @@ def _build(cls: type, raw: Any, prefix: str, origin: str):
     where = prefix.rstrip(".") or "the top level"
     if not isinstance(raw, dict):
         raise SrganError(f"{origin}: {where}: expected a mapping, got {_show(raw)}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = [f.name for f in dataclasses.fields(cls) if f.init]  # given_keys is no setting
+    hints = {name: hint for name, hint in typing.get_type_hints(cls).items() if name in names}
     for key in raw:
         if key not in hints:
             raise SrganError(

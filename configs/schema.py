@@ -27,8 +27,11 @@ class ModelConfig:
     residual: Literal["none", "bicubic"] = "none"
     res_scale: float = 1.0  # residual branches scaled by this (EDSR: 0.1 for wide stacks without BN)
     icnr: bool = False  # sub-pixel convs start as nearest-neighbour upsampling (no checkerboard at start)
-    # A checkpoint (or run folder) whose generator weights start this run,
-    # e.g. a trained SRResNet before the GAN phase.
+    # The generator weights this run starts from: a checkpoint or run folder
+    # (a trained SRResNet before the GAN phase), or a community file of an
+    # arch srgan trains (BasicSR/Real-ESRGAN/ESRGAN .pth, SRVGGNetCompact,
+    # leftthomas/SRGAN, .safetensors). The model keys the config leaves out
+    # are taken from the file; those it gives must agree with it.
     init_from: str | None = None
 
 
@@ -119,6 +122,12 @@ class GanConfig:
     # Real-ESRGAN's U-Net with spectral norm, a logit per pixel (crops a
     # multiple of 8). model.d_channels is the first width of each.
     discriminator: Literal["srgan", "vgg", "unet"] = "srgan"
+    # The discriminator weights this run starts from: an srgan checkpoint or
+    # run folder, or a BasicSR/Real-ESRGAN state dict (RealESRGAN_x4plus_netD.pth
+    # for unet; VGGStyleDiscriminator for vgg), .pth or .safetensors. As
+    # model.init_from: gan.discriminator and model.d_channels come from the
+    # file where the config leaves them out.
+    init_from: str | None = None
 
 
 @dataclass
@@ -188,3 +197,8 @@ class Config:
     loss: LossConfig = field(default_factory=LossConfig)
     gan: GanConfig = field(default_factory=GanConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # The dotted keys the YAML, the preset and --set gave (the others hold
+    # defaults), as the loader found them; model.init_from and gan.init_from
+    # fill the keys left open from their files. Not a setting: never read
+    # from nor written to a config file.
+    given_keys: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)

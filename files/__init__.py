@@ -5,15 +5,24 @@ the small files of a run folder only from regular files, within a limit."""
 
 from srgan.files.atomic import DiskFull, check_output, write_bytes, write_file, write_text
 from srgan.files.lock import RunLock
-from srgan.files.reading import parse_json, read_regular_bytes, read_regular_text, read_torch_file
+from srgan.files.reading import (
+    looks_like_safetensors,
+    parse_json,
+    read_regular_bytes,
+    read_regular_text,
+    read_safetensors_file,
+    read_torch_file,
+)
 
 __all__ = [
     "DiskFull",
     "RunLock",
     "check_output",
+    "looks_like_safetensors",
     "parse_json",
     "read_regular_bytes",
     "read_regular_text",
+    "read_safetensors_file",
     "read_torch_file",
     "write_bytes",
     "write_file",

@@ -80,8 +80,9 @@ def parse_json(text: str) -> Any:
         raise ValueError("nested too deeply") from None
 
 
-def read_torch_file(path: Path, what: str = "checkpoint") -> Any:
-    """torch.load with weights_only (tensors and plain values, never code).
+def read_torch_file(path: Path, what: str = "checkpoint", expected: str = "") -> Any:
+    """torch.load with weights_only (tensors and plain values, never code);
+    `expected` says in the refusal of an unreadable file what would do.
     Memory-mapped where the format allows, so that tensors cost no more than
     the file's own bytes whatever its header claims."""
     import torch
@@ -112,4 +113,85 @@ def read_torch_file(path: Path, what: str = "checkpoint") -> Any:
             reason = f"{error.__class__.__name__}: {reasons[0]}" if reasons else error.__class__.__name__
         else:
             reason = first_line(error)
-        raise SrganError(f"{path}: not a readable {what} ({reason})") from None
+        wanted = f"; expected {expected}" if expected else ""
+        raise SrganError(f"{path}: not a readable {what} ({reason}){wanted}") from None
+
+
+# A safetensors file: 8 bytes of little-endian header length, a JSON header
+# (names -> dtype, shape, data_offsets; and an optional "__metadata__" of
+# strings), then the tensors' bytes. safetensors' own limit on the header.
+SAFETENSORS_MAX_HEADER = 100_000_000
+
+
+def looks_like_safetensors(path: Path) -> bool:
+    """By name (.safetensors) or by content: a header length, then '{'."""
+    if Path(path).suffix.lower() == ".safetensors":
+        return True
+    try:
+        with open(path, "rb") as file:
+            start = file.read(9)
+    except OSError:
+        return False
+    return len(start) == 9 and start[8:9] == b"{"
+
+
+def read_safetensors_file(path: Path, what: str = "weights file") -> tuple[dict[str, Any], dict[str, str]]:
+    """The tensors and the metadata of a .safetensors file. The header is
+    checked here first (its length against the file's, its JSON, every
+    tensor's offsets against the data that follows), so a forged one is
+    refused in one line before the safetensors package reads the tensors;
+    the format holds no code to run."""
+    path = Path(path)
+    try:
+        check_regular(path, os.stat(path).st_mode)
+        size = os.stat(path).st_size
+        with open(path, "rb") as file:
+            start = file.read(8)
+            if len(start) < 8:
+                raise SrganError(f"{path}: {size} bytes; not a safetensors {what} (no header)")
+            length = int.from_bytes(start, "little")
+            if length > min(size - 8, SAFETENSORS_MAX_HEADER):
+                raise SrganError(
+                    f"{path}: its safetensors header claims {length:,} bytes, the file holds {size - 8:,} "
+                    "after the length (truncated or not a safetensors file)"
+                )
+            raw = file.read(length)
+    except OSError as error:
+        raise SrganError(f"{path}: cannot be read ({error.strerror})") from None
+    try:
+        header = parse_json(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise SrganError(f"{path}: its safetensors header is not JSON ({first_line(error)})") from None
+    if not isinstance(header, dict):
+        raise SrganError(f"{path}: its safetensors header is not a JSON object")
+    data_bytes = size - 8 - length
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise SrganError(f"{path}: safetensors __metadata__: expected a mapping of strings")
+    for name, entry in header.items():
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("dtype"), str)
+            and isinstance(entry.get("shape"), list)
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in entry["shape"])
+            and isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)
+        ):
+            raise SrganError(f"{path}: safetensors tensor {name!r}: expected dtype, shape and data_offsets")
+        if not 0 <= offsets[0] <= offsets[1] <= data_bytes:
+            raise SrganError(
+                f"{path}: safetensors tensor {name!r}: bytes {offsets[0]}..{offsets[1]} lie outside the "
+                f"{data_bytes:,} bytes of data (truncated or forged)"
+            )
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise SrganError(
+            f"{path}: reading .safetensors needs the safetensors package: pip install 'srgan[interop]'"
+        ) from None
+    try:
+        return load_file(str(path), device="cpu"), metadata
+    except Exception as error:  # safetensors' own checks: sizes against dtypes and shapes, overlaps
+        raise SrganError(f"{path}: not a readable safetensors {what} ({first_line(error)})") from None

@@ -8,12 +8,15 @@ from typing import TYPE_CHECKING
 from srgan.models.compact import SRVGGNetCompact
 from srgan.models.generator import Generator
 from srgan.models.rrdb import RRDBNet
+from srgan.models.spandrel_generator import SpandrelGenerator
 
 if TYPE_CHECKING:
     from srgan.configs.schema import ModelConfig
 
-# Any generator srgan trains: what inference, validation and the tiles take.
-SRGenerator = Generator | RRDBNet | SRVGGNetCompact
+# Any generator srgan runs, what inference, validation and the tiles take: the
+# three it trains, and (upscale, evaluate, compare, video) a network spandrel
+# recognised in a community file (models/spandrel_generator.py).
+SRGenerator = Generator | RRDBNet | SRVGGNetCompact | SpandrelGenerator
 
 
 def build_generator(model: ModelConfig) -> SRGenerator:

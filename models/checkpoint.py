@@ -10,18 +10,32 @@ file and the key."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from srgan.configs import Config, SrganError, config_from_dict
-from srgan.files import read_torch_file, write_file
+from srgan.configs import Config, SrganError, config_from_dict, first_line
+from srgan.configs.schema import ARCH_KEYS, ModelConfig
+from srgan.files import looks_like_safetensors, parse_json, read_safetensors_file, read_torch_file, write_file
 from srgan.models.build import SRGenerator, build_generator
+from srgan.models.community import (
+    NotAnSrganGenerator,
+    Recognised,
+    describe,
+    recognise,
+    recognise_discriminator,
+    unwrap_state_dict,
+)
 from srgan.models.discriminator import build_discriminator
-from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
+from srgan.models.spandrel_generator import spandrel_generator
+
+log = logging.getLogger("srgan")
 
 # What every srgan checkpoint holds (training adds more: schedulers, RNG states, ...).
 REQUIRED_KEYS = ("generator", "discriminator", "optimizer_g", "optimizer_d", "epoch", "step", "config")
@@ -58,21 +72,125 @@ def load_checkpoint(path: str | Path, for_resume: bool = True) -> dict[str, Any]
 
 
 def load_generator(path: str | Path) -> SRGenerator:
-    """The generator of an srgan checkpoint (file or run folder), or of a bare
-    leftthomas/SRGAN generator state dict (its netG_epoch_*.pth files)."""
+    """The generator of any file srgan reads (see read_generator_file), or,
+    failing those, of any other architecture spandrel recognises (for
+    inference only). Logs which architecture and scale it recognised."""
     path = resolve_checkpoint_path(path)
-    state = read_torch_file(path)
+    state, metadata = read_weight_file(path)
+    try:
+        found = generator_file(state, metadata, path)
+    except NotAnSrganGenerator as why:
+        weights = unwrap_state_dict(state)
+        if weights is None:
+            raise
+        check_finite(weights, str(path))
+        foreign = spandrel_generator(weights, str(path), str(why))
+        log.info("model: %s from %s", foreign.describe(), path)
+        return foreign
+    generator = build_generator(found.model)
+    generator.load_state_dict(found.weights)
+    log.info("model: %s from %s", found.description, path)
+    return generator
+
+
+@dataclass
+class GeneratorFile:
+    """A generator's weights as a file gives them, checked against the
+    network its settings describe."""
+
+    model: ModelConfig  # the file's settings (the others at their defaults)
+    keys: tuple[str, ...]  # the model.* keys the file fixes
+    weights: dict[str, torch.Tensor]  # srgan's names
+    description: str  # "RRDBNet (BasicSR/Real-ESRGAN layout), x4, 23 blocks, 64 channels, growth 32"
+
+
+def read_generator_file(path: str | Path) -> GeneratorFile:
+    """The generator of an srgan checkpoint (file or run folder; its EMA
+    weights when the run kept them), an srgan .safetensors (its `srgan_model`
+    metadata), or a community state dict of an architecture srgan trains
+    (models/community.py), in a .pth/.pt or a .safetensors file."""
+    path = resolve_checkpoint_path(path)
+    return generator_file(*read_weight_file(path), path)
+
+
+def read_weight_file(path: Path) -> tuple[Any, dict[str, str]]:
+    """What the file holds, and its safetensors metadata ({} for a torch
+    file), read without running code."""
+    if looks_like_safetensors(path):
+        return read_safetensors_file(path, "weights file")
+    return read_torch_file(path, "checkpoint", expected="a PyTorch file (.pth, .pt) or a .safetensors file"), {}
+
+
+def generator_file(state: Any, metadata: dict[str, str], path: Path) -> GeneratorFile:
+    if "srgan_model" in metadata:
+        return srgan_safetensors(state, metadata["srgan_model"], path)
     if is_srgan_checkpoint(state):
         check_checkpoint(state, str(path), for_resume=False)
-        return generator_from_checkpoint(state)
-    if is_leftthomas_state_dict(state):
-        generator = generator_from_leftthomas(state, str(path))
-        check_finite(generator.state_dict(), f"{path}: generator")
-        return generator
-    raise SrganError(
-        f"{path}: not an srgan checkpoint (expected the keys {', '.join(REQUIRED_KEYS)}) "
-        "nor a leftthomas/SRGAN generator state dict (block1.0.weight, block2.conv1.weight, ...)"
-    )
+        model = checkpoint_config(state).model
+        layout = f"{model.arch} (srgan checkpoint, step {state.get('step')})"
+        weights = state.get("generator_ema") or state["generator"]
+        return GeneratorFile(model, srgan_model_keys(model), weights, describe(layout, dataclasses.asdict(model)))
+    weights = unwrap_state_dict(state)
+    if weights is None:
+        raise NotAnSrganGenerator(
+            f"{path}: neither an srgan checkpoint nor a state dict (names -> tensors) of a generator"
+        )
+    found = recognise(weights, str(path))
+    model = config_from_dict({"model": found.model}, f"{path}: a {found.layout}").model
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        network = build_generator(model)
+    try:
+        check_state_dict(found.weights, network, f"{path}: {found.layout}")
+    except SrganError as error:
+        raise NotAnSrganGenerator(str(error)) from None
+    return GeneratorFile(model, tuple(found.model), found.weights, describe(found.layout, found.model))
+
+
+def srgan_safetensors(weights: dict[str, torch.Tensor], settings: str, path: Path) -> GeneratorFile:
+    """A generator that `srgan export` wrote: its model section, as JSON in
+    the metadata, builds the network; the tensors must fit it exactly."""
+    try:
+        model_section = parse_json(settings)
+    except ValueError as error:
+        raise SrganError(f"{path}: srgan_model metadata: not JSON ({first_line(error)})") from None
+    if not isinstance(model_section, dict):
+        raise SrganError(f"{path}: srgan_model metadata: expected a mapping of model settings")
+    model_section = {**model_section, "init_from": None}  # where that run started does not matter here
+    model = config_from_dict({"model": model_section}, f"{path}: srgan_model").model
+    with torch.device("meta"):
+        network = build_generator(model)
+    check_state_dict(weights, network, f"{path}: generator")
+    layout = f"{model.arch} (srgan safetensors)"
+    return GeneratorFile(model, srgan_model_keys(model), weights, describe(layout, dataclasses.asdict(model)))
+
+
+def read_discriminator_file(path: str | Path) -> Recognised:
+    """The discriminator of an srgan checkpoint (file or run folder) or of a
+    community state dict (models/community.py), with the settings it implies:
+    discriminator, d_channels (and crop_size for vgg)."""
+    path = resolve_checkpoint_path(path)
+    state, _ = read_weight_file(path)
+    if is_srgan_checkpoint(state):
+        check_checkpoint(state, str(path), for_resume=False)
+        config = checkpoint_config(state)
+        settings: dict[str, Any] = {"discriminator": config.gan.discriminator, "d_channels": config.model.d_channels}
+        if config.gan.discriminator == "vgg":
+            settings["crop_size"] = config.data.crop_size
+        weights = unwrap_state_dict(state["discriminator"])
+        if weights is None:
+            raise SrganError(f"{path}: discriminator: expected a state dict (names -> tensors)")
+        layout = f"{config.gan.discriminator} discriminator (srgan checkpoint, step {state.get('step')})"
+        return Recognised(layout, settings, weights)
+    weights = unwrap_state_dict(state)
+    if weights is None:
+        raise SrganError(f"{path}: neither an srgan checkpoint nor a state dict (names -> tensors) of a discriminator")
+    return recognise_discriminator(weights, str(path))
+
+
+def srgan_model_keys(model: ModelConfig) -> tuple[str, ...]:
+    """The model.* keys that shape an srgan generator of model.arch."""
+    shape = ("arch", "scale", "blocks", "channels", "growth", "norm", "residual", "res_scale")
+    return tuple(key for key in shape if model.arch in ARCH_KEYS.get(key, (model.arch,)))
 
 
 def is_srgan_checkpoint(state: Any) -> bool:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
@@ -35,16 +34,14 @@ from srgan.models import (
     SRGenerator,
     build_discriminator,
     build_generator,
-    generator_from_checkpoint,
     load_checkpoint,
-    resolve_checkpoint_path,
     resolve_runtime,
     save_checkpoint,
 )
-from srgan.models.checkpoint import checkpoint_config
 from srgan.models.runtime import is_out_of_memory, set_deterministic
 from srgan.training.distributed import World, unwrap
 from srgan.training.ema import GeneratorEMA
+from srgan.training.init_from import read_init_files, start_from
 from srgan.training.logs import MetricLog, NonFiniteLoss, QuietFileHandler, open_tensorboard
 from srgan.training.pictures import SampleSheet, draw_curves
 from srgan.training.run_folder import RunFolder
@@ -94,11 +91,16 @@ def train(config: Config, resume: Path | None = None) -> Path:
 
 class Trainer:
     def __init__(self, config: Config, resume: Path | None = None, world: World | None = None):
-        self.config = config
         self.world = world = world or World()
-        t = config.train
         if resume is not None and not (Path(resume) / "config.yaml").is_file():
             raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
+        # The init files may complete the network's shape: read them first (a resume reads neither).
+        self.init = None
+        if resume is None and (config.model.init_from or config.gan.init_from):
+            self.init = read_init_files(config)
+            config = self.init.config
+        self.config = config
+        t = config.train
         self.runtime = resolve_runtime(
             world.device(t.device), t.precision, t.channels_last, keys=("train.device", "train.precision")
         )
@@ -196,8 +198,8 @@ class Trainer:
         """The progress of the checkpoint in the run folder (its weights,
         optimizer and RNG states loaded), or a fresh start."""
         if not started:
-            if self.config.model.init_from:
-                initialise_generator(self.parts.generator, self.config)
+            if self.init is not None:
+                start_from(self.init, self.parts.generator, self.parts.discriminator)
                 if self.ema is not None:
                     self.ema.model.load_state_dict(self.parts.generator.state_dict())
             return Progress()
@@ -565,26 +567,6 @@ def describe(epoch: int, epochs: int, row: dict) -> str:
     """The progress bar's text: [epoch/epochs] d_loss g_loss d_score g_score."""
     shown = [f"{name} {row[name]:.4f}" for name in ("d_loss", "g_loss", "d_score", "g_score") if name in row]
     return f"[{epoch}/{epochs}] " + " ".join(shown)
-
-
-def initialise_generator(generator: nn.Module, config: Config) -> None:
-    """Start from the generator weights of another run (a trained SRResNet
-    before the GAN phase); its architecture must be this run's."""
-    assert config.model.init_from  # the caller checks it is set
-    path = resolve_checkpoint_path(config.model.init_from)
-    try:
-        state = load_checkpoint(path, for_resume=False)
-    except SrganError as error:
-        raise SrganError(f"model.init_from: {error}") from None
-    theirs = checkpoint_config(state).model
-    for key in ("arch", "scale", "blocks", "channels", "growth", "norm", "residual", "res_scale"):
-        if getattr(theirs, key) != getattr(config.model, key):
-            raise SrganError(
-                f"model.init_from: {path} has model.{key} = {getattr(theirs, key)!r}, "
-                f"this run {getattr(config.model, key)!r}"
-            )
-    generator.load_state_dict(generator_from_checkpoint(state).state_dict())
-    log.info("generator initialised from %s (step %s)", path, state.get("step"))
 
 
 def set_learning_rates(parts: TrainingParts, t: TrainConfig, step: int) -> None:

@@ -1,0 +1,236 @@
+"""The community's generator files: which layout a state dict has, read from
+its keys and shapes, and its weights under srgan's names. One recogniser a
+layout, tried in order; each returns the model settings the tensors imply
+and the renamed state dict (models/checkpoint.py builds and checks the
+network). Nothing here reads a file or runs code.
+
+    BasicSR / Real-ESRGAN RRDBNet: conv_first, body.0.rdb1.conv1, conv_body
+        -> rrdb, the names as they are
+    ESRGAN 2018, xinntao/ESRGAN's RRDBNet: conv_first, RRDB_trunk.0.RDB1.conv1, trunk_conv
+        -> rrdb: RRDB_trunk.N.RDBr.convK -> body.N.rdbr.convK, trunk_conv -> conv_body,
+           upconvK -> conv_upK, HRconv -> conv_hr
+    ESRGAN 2018, the original release's sequential net (RRDB_ESRGAN_x4.pth): model.0,
+    model.1.sub.0.RDB1.conv1.0
+        -> rrdb: model.0 -> conv_first, model.1.sub.N.RDBr.convK.0 -> body.N.rdbr.convK,
+           model.1.sub.<blocks> -> conv_body; of the numbered layers after the trunk the
+           upsampling convs (model.3, model.6) -> conv_up1, conv_up2, the last two
+           (model.8, model.10) -> conv_hr, conv_last
+    SRVGGNetCompact: body.0 (a conv), body.1 (PReLU slopes) -> compact, the names as they are
+    leftthomas/SRGAN: block1.0, block2.conv1 -> srresnet (models/leftthomas.py)
+
+The ESRGAN renamings are spandrel's (chaiNNer-org/spandrel, architectures/
+ESRGAN: `_to_old_arch`), read the other way. BasicSR's weights sit under
+`params_ema` or `params` (or at the top); a DataParallel run's keys start
+with `module.`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from srgan.configs.errors import SrganError
+from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
+
+
+class NotAnSrganGenerator(SrganError):
+    """A state dict that no srgan architecture holds: no layout fits its
+    keys, or one does but with a network srgan's cannot hold (an x8
+    RRDBNet). Inference may still run it through spandrel; training cannot."""
+
+
+@dataclass
+class Recognised:
+    layout: str  # "RRDBNet (BasicSR/Real-ESRGAN layout)"
+    model: dict[str, Any]  # model.* settings read from the tensors: arch, scale, blocks, channels, ...
+    weights: dict[str, torch.Tensor]  # under srgan's names
+
+
+def unwrap_state_dict(state: Any) -> dict[str, torch.Tensor] | None:
+    """The tensors of a bare generator file: BasicSR's `params_ema` (the EMA
+    weights, preferred as Real-ESRGAN's inference does) or `params`, or the
+    dict itself; `module.` prefixes dropped. None when it is no such dict."""
+    if isinstance(state, dict):
+        for key in ("params_ema", "params"):
+            if isinstance(state.get(key), dict) and state[key]:
+                state = state[key]
+                break
+    if not isinstance(state, dict) or not state:
+        return None
+    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        return None
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+def recognise(state: dict[str, torch.Tensor], origin: str) -> Recognised:
+    """The first layout whose keys `state` has, with its settings and
+    renamed weights; NotAnSrganGenerator when none fits or the one that does
+    describes a network srgan's architectures cannot hold."""
+    for recogniser in RECOGNISERS:
+        found = recogniser(state, origin)
+        if found is not None:
+            return found
+    first = ", ".join(list(state)[:3])
+    raise NotAnSrganGenerator(
+        f"{origin}: its keys ({first}, ...) fit no generator srgan knows (expected an srgan checkpoint, or "
+        "the weights of a BasicSR/Real-ESRGAN RRDBNet, ESRGAN, SRVGGNetCompact or leftthomas/SRGAN generator)"
+    )
+
+
+# ---- the recognisers --------------------------------------------------------------
+
+
+def basicsr_rrdb(state: dict[str, torch.Tensor], origin: str) -> Recognised | None:
+    if not {"conv_first.weight", "body.0.rdb1.conv1.weight", "conv_body.weight"} <= state.keys():
+        return None
+    return rrdb_settings(state, "RRDBNet (BasicSR/Real-ESRGAN layout)", origin)
+
+
+def esrgan_trunk(state: dict[str, torch.Tensor], origin: str) -> Recognised | None:
+    if not {"conv_first.weight", "RRDB_trunk.0.RDB1.conv1.weight", "trunk_conv.weight"} <= state.keys():
+        return None
+    renamed = {}
+    for key, tensor in state.items():
+        key = re.sub(r"^RRDB_trunk\.(\d+)\.RDB(\d)\.", r"body.\1.rdb\2.", key)
+        key = re.sub(r"^trunk_conv\.", "conv_body.", key)
+        key = re.sub(r"^upconv(\d+)\.", r"conv_up\1.", key)
+        key = re.sub(r"^HRconv\.", "conv_hr.", key)
+        renamed[key] = tensor
+    return rrdb_settings(renamed, "RRDBNet (ESRGAN 2018 layout, RRDB_trunk)", origin)
+
+
+def esrgan_sequential(state: dict[str, torch.Tensor], origin: str) -> Recognised | None:
+    if not {"model.0.weight", "model.1.sub.0.RDB1.conv1.0.weight"} <= state.keys():
+        return None
+    blocks = count_indices(state, r"model\.1\.sub\.(\d+)\.RDB1\.conv1\.0\.weight")
+    # the numbered layers after the trunk: upsampling convs, then the HR conv and the last conv
+    after = sorted({int(m.group(1)) for k in state if (m := re.fullmatch(r"model\.(\d+)\.weight", k))} - {0})
+    names = {0: "conv_first"}
+    if len(after) >= 2:
+        names |= {index: f"conv_up{i + 1}" for i, index in enumerate(after[:-2])}
+        names |= {after[-2]: "conv_hr", after[-1]: "conv_last"}
+    renamed = {}
+    for key, tensor in state.items():
+        key = re.sub(rf"^model\.1\.sub\.{blocks}\.", "conv_body.", key)
+        key = re.sub(r"^model\.1\.sub\.(\d+)\.RDB(\d)\.conv(\d)\.0\.", r"body.\1.rdb\2.conv\3.", key)
+        m = re.fullmatch(r"model\.(\d+)\.(weight|bias)", key)
+        if m and int(m.group(1)) in names:
+            key = f"{names[int(m.group(1))]}.{m.group(2)}"
+        renamed[key] = tensor
+    return rrdb_settings(renamed, "RRDBNet (ESRGAN 2018 layout, model.N)", origin)
+
+
+def rrdb_settings(state: dict[str, torch.Tensor], layout: str, origin: str) -> Recognised:
+    """srgan's RRDBNet: two x2 upsampling convs, the input as it is (x4) or
+    pixel-unshuffled by 2 (x2, 12 channels) or 4 (x1, 48 channels)."""
+    stages = count_indices(state, r"conv_up(\d+)\.weight", start=1)
+    in_channels = state["conv_first.weight"].shape[1]
+    unshuffle = {3: 1, 12: 2, 48: 4}.get(in_channels)
+    out = state.get("conv_last.weight")
+    if stages != 2 or unshuffle is None or out is None or out.shape[0] != 3:
+        raise NotAnSrganGenerator(
+            f"{origin}: an {layout} with {stages} upsampling convs and {in_channels} input channels; srgan's "
+            "RRDBNet has 2 (x4, and x2 or x1 on a pixel-unshuffled input of 12 or 48 channels) and an RGB output"
+        )
+    model = {
+        "arch": "rrdb",
+        "scale": 4 // unshuffle,
+        "blocks": count_indices(state, r"body\.(\d+)\.rdb1\.conv1\.weight"),
+        "channels": state["conv_first.weight"].shape[0],
+        "growth": state["body.0.rdb1.conv1.weight"].shape[0],
+    }
+    return Recognised(layout, model, state)
+
+
+def compact(state: dict[str, torch.Tensor], origin: str) -> Recognised | None:
+    first, slopes = state.get("body.0.weight"), state.get("body.1.weight")
+    if first is None or slopes is None or first.ndim != 4 or slopes.ndim != 1:
+        return None
+    last = count_indices(state, r"body\.(\d+)\.weight") - 1
+    out = state[f"body.{last}.weight"].shape[0]
+    scale = math.isqrt(out // 3)
+    if first.shape[1] != 3 or out != 3 * scale * scale or last % 2:
+        raise NotAnSrganGenerator(
+            f"{origin}: an SRVGGNetCompact of {first.shape[1]} input and {out} output channels; srgan's takes RGB "
+            "and ends in 3 x scale^2 channels"
+        )
+    model = {"arch": "compact", "scale": scale, "blocks": (last - 2) // 2, "channels": first.shape[0]}
+    return Recognised("SRVGGNetCompact (Real-ESRGAN layout)", model, state)
+
+
+def leftthomas(state: dict[str, torch.Tensor], origin: str) -> Recognised | None:
+    if not is_leftthomas_state_dict(state):
+        return None
+    generator = generator_from_leftthomas(state, origin)
+    model = {
+        "arch": "srresnet",
+        "scale": generator.scale,
+        "blocks": generator.blocks,
+        "channels": generator.channels,
+        "norm": "batch",
+        "residual": "none",
+    }
+    return Recognised("SRResNet (leftthomas/SRGAN layout)", model, generator.state_dict())
+
+
+RECOGNISERS: tuple[Callable[[dict[str, torch.Tensor], str], Recognised | None], ...] = (
+    basicsr_rrdb,
+    esrgan_trunk,
+    esrgan_sequential,
+    compact,
+    leftthomas,
+)
+
+
+def count_indices(state: dict[str, torch.Tensor], pattern: str, start: int = 0) -> int:
+    """How many consecutive indices from `start` the keys matching `pattern` (one group) have."""
+    found = {int(m.group(1)) for key in state if (m := re.fullmatch(pattern, key))}
+    count = 0
+    while start + count in found:
+        count += 1
+    return count
+
+
+def describe(layout: str, model: dict[str, Any]) -> str:
+    """'RRDBNet (BasicSR/Real-ESRGAN layout), x4, 23 blocks, 64 channels'."""
+    units = "convs" if model.get("arch") == "compact" else "blocks"
+    text = f"{layout}, x{model['scale']}, {model['blocks']} {units}, {model['channels']} channels"
+    if model.get("arch") == "rrdb":
+        text += f", growth {model['growth']}"
+    return text
+
+
+# ---- discriminators (gan.init_from) -------------------------------------------------
+
+
+def recognise_discriminator(state: dict[str, torch.Tensor], origin: str) -> Recognised:
+    """Real-ESRGAN's UNetDiscriminatorSN (RealESRGAN_x4plus_netD.pth), BasicSR's
+    VGGStyleDiscriminator or srgan's own, by their keys; `model` holds the
+    gan.discriminator, model.d_channels (and, for vgg, data.crop_size) they imply."""
+    if {"conv0.weight", "conv1.weight_orig", "conv9.weight"} <= state.keys():
+        width = state["conv0.weight"].shape[0]
+        return Recognised("UNetDiscriminatorSN (Real-ESRGAN)", {"discriminator": "unet", "d_channels": width}, state)
+    if {"conv0_0.weight", "conv4_1.weight", "linear1.weight"} <= state.keys():
+        if "conv5_0.weight" in state:
+            raise SrganError(
+                f"{origin}: BasicSR's VGGStyleDiscriminator for 256 px crops (conv5_0); srgan's has the five "
+                "stages of its 128 px one"
+            )
+        width = state["conv0_0.weight"].shape[0]
+        side = math.isqrt(state["linear1.weight"].shape[1] // (8 * width))
+        settings = {"discriminator": "vgg", "d_channels": width, "crop_size": 32 * side}
+        return Recognised("VGGStyleDiscriminator (BasicSR)", settings, state)
+    if {"features.0.weight", "classifier.2.weight"} <= state.keys():
+        width = state["features.0.weight"].shape[0]
+        return Recognised("srgan's SRGAN discriminator", {"discriminator": "srgan", "d_channels": width}, state)
+    first = ", ".join(list(state)[:3])
+    raise SrganError(
+        f"{origin}: its keys ({first}, ...) fit no discriminator srgan knows (expected Real-ESRGAN's "
+        "UNetDiscriminatorSN: conv0, conv1.weight_orig, ...; BasicSR's VGGStyleDiscriminator: conv0_0, ..., "
+        "linear1; or an srgan checkpoint)"
+    )

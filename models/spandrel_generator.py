@@ -1,0 +1,85 @@
+"""Any other image-to-image network spandrel (chaiNNer's loader) recognises
+from a state dict (SwinIR, HAT, DAT, SPAN, OmniSR, ...), for inference only:
+upscale, evaluate, compare and video run it with srgan's tiling, alpha,
+16-bit, memory budget and precision. srgan trains none of these.
+
+spandrel's descriptor does what such a network needs around its forward
+pass: it pads the input to the sizes the network takes (a multiple of its
+window, a square, a minimum) and cuts the padding's output off again, and
+calls networks that want more than an image the way they want. What it
+cannot run in (bf16 or fp16, as its descriptor says) runs in fp32."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from srgan.configs.errors import SrganError, first_line
+
+# The context a tile reads unless --tile-pad says otherwise, in input pixels.
+# These networks' reach is not computed here (attention over shifted windows
+# grows with depth): Real-ESRGAN's inference pads tiles by 10, chaiNNer
+# overlaps them by 16 at least; 32 is that with room to spare. Not measured.
+TILE_PAD = 32
+
+
+class SpandrelGenerator(nn.Module):
+    """A spandrel ImageModelDescriptor with what srgan's inference reads from
+    a generator: scale, arch, channels (for the memory estimate), tile_align,
+    default_tile_pad, receptive_radius."""
+
+    def __init__(self, descriptor: Any):
+        super().__init__()
+        self.network = descriptor.model  # a submodule: .to(), .eval() and deepcopy reach it
+        self.descriptor = descriptor  # pads, calls and crops around self.network
+        self.arch = descriptor.architecture.id
+        self.scale = descriptor.scale
+        self.blocks = 0  # not a notion every architecture has
+        # The widest layer, for the tiles' activation estimate (inference/tiles.py).
+        self.channels = max((p.shape[0] for p in self.network.parameters() if p.ndim >= 2), default=64)
+        self.tile_align = descriptor.size_requirements.multiple_of
+        align = self.tile_align
+        self.default_tile_pad = self.receptive_radius = -(-TILE_PAD // align) * align
+        self.low_precision = {torch.bfloat16: descriptor.supports_bfloat16, torch.float16: descriptor.supports_half}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        device = x.device.type
+        if torch.is_autocast_enabled(device) and not self.low_precision.get(torch.get_autocast_dtype(device), True):
+            with torch.autocast(device, enabled=False):
+                return self.descriptor(x.float())
+        return self.descriptor(x)
+
+    def describe(self) -> str:
+        d = self.descriptor
+        text = f"{d.architecture.name} (through spandrel), x{d.scale}"
+        if d.tags:
+            text += f", {' '.join(d.tags)}"
+        if not d.supports_bfloat16:
+            text += ", runs in fp32 (no bf16)"
+        return text
+
+
+def spandrel_generator(state: dict[str, torch.Tensor], origin: str, why: str) -> SpandrelGenerator:
+    """The network spandrel recognises in `state`; `why` is srgan's own
+    refusal, kept when spandrel knows the keys no better."""
+    try:
+        import spandrel
+    except ImportError:
+        raise SrganError(f"{why}; spandrel would run other architectures: pip install 'srgan[interop]'") from None
+    try:
+        descriptor = spandrel.ModelLoader().load_from_state_dict(state)
+    except spandrel.UnsupportedModelError:
+        raise SrganError(f"{why}; nor does spandrel {spandrel.__version__} recognise it") from None
+    except Exception as error:  # a layout it recognised, with tensors that do not fit it
+        raise SrganError(f"{origin}: spandrel cannot load it ({first_line(error)})") from None
+    if not isinstance(descriptor, spandrel.ImageModelDescriptor) or (
+        descriptor.input_channels,
+        descriptor.output_channels,
+    ) != (3, 3):
+        raise SrganError(
+            f"{origin}: a {descriptor.architecture.name} network (spandrel), not one RGB image in and one out "
+            "as srgan upscales"
+        )
+    return SpandrelGenerator(descriptor).eval()

@@ -1,0 +1,120 @@
+"""model.init_from and gan.init_from: the weights a run starts from (a
+published model to fine-tune, or an earlier run), and the network shape
+they bring.
+
+Read once, before anything is built: the settings a file implies (arch,
+scale, blocks, channels, growth; discriminator kind and width) fill the
+keys the config left open (Config.given_keys), and a key the config gives
+that disagrees is refused, every one named. The resolved config, the one
+written into the run folder, holds the values used. A resumed run reads
+neither file: its checkpoint wins."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from srgan.configs import Config, SrganError, config_from_dict, config_to_dict
+from srgan.configs.schema import ARCH_KEYS
+from srgan.models.checkpoint import check_state_dict, read_discriminator_file, read_generator_file
+
+log = logging.getLogger("srgan")
+
+# How a mismatch reads: "X has 23 blocks, the config asks for 16 (model.blocks)".
+PHRASES = {
+    "model.blocks": "{} blocks",
+    "model.channels": "{} channels",
+    "model.growth": "growth {}",
+    "model.scale": "scale {}",
+    "model.d_channels": "{} discriminator channels",
+    "data.crop_size": "crops of {} px",
+}
+
+
+@dataclass
+class InitWeights:
+    config: Config  # the config with the files' settings filled in
+    generator: dict[str, torch.Tensor] | None  # srgan's names, to load strictly
+    discriminator: dict[str, torch.Tensor] | None
+
+
+def read_init_files(config: Config) -> InitWeights:
+    """The weights of model.init_from and gan.init_from, and the config they
+    complete. SrganError naming the file (and every disagreeing key)."""
+    settings: dict[str, Any] = {}
+    generator = discriminator = None
+    if config.model.init_from:
+        try:
+            found = read_generator_file(config.model.init_from)
+        except SrganError as error:
+            raise SrganError(f"model.init_from: {error}") from None
+        implied = {f"model.{key}": getattr(found.model, key) for key in found.keys}
+        settings |= agreed(config, "model.init_from", config.model.init_from, implied)
+        log.info("generator: %s from %s", found.description, config.model.init_from)
+        generator = found.weights
+    if config.gan.init_from:
+        try:
+            recognised = read_discriminator_file(config.gan.init_from)
+        except SrganError as error:
+            raise SrganError(f"gan.init_from: {error}") from None
+        section = {"discriminator": "gan", "d_channels": "model", "crop_size": "data"}
+        implied = {f"{section[key]}.{key}": value for key, value in recognised.model.items()}
+        settings |= agreed(config, "gan.init_from", config.gan.init_from, implied)
+        log.info("discriminator: %s from %s", recognised.layout, config.gan.init_from)
+        discriminator = recognised.weights
+    taken = {key: value for key, value in settings.items() if key not in config.given_keys}
+    if taken:
+        log.info("taken from the init files: %s", ", ".join(f"{k}={v}" for k, v in taken.items()))
+    return InitWeights(with_settings(config, taken), generator, discriminator)
+
+
+def agreed(config: Config, key: str, path: str, implied: dict[str, Any]) -> dict[str, Any]:
+    """`implied`, once every key the config gives agrees with it."""
+    mismatches = []
+    for name, theirs in implied.items():
+        ours = current(config, name)
+        if name in config.given_keys and ours != theirs:
+            phrase = PHRASES.get(name, name.split(".")[-1] + " {}")
+            mismatches.append(f"{path} has {phrase.format(theirs)}, the config asks for {phrase.format(ours)} ({name})")
+    if mismatches:
+        raise SrganError(f"{key}: " + "; ".join(mismatches))
+    return implied
+
+
+def current(config: Config, dotted: str) -> Any:
+    section, name = dotted.split(".")
+    return getattr(getattr(config, section), name)
+
+
+def with_settings(config: Config, settings: dict[str, Any]) -> Config:
+    """`config` with `settings` (dotted keys) applied, checked again as a
+    whole (a scale from the file must still suit data.crop_size, ...)."""
+    if not settings:
+        return config
+    raw = config_to_dict(config)
+    for dotted, value in settings.items():
+        section, name = dotted.split(".")
+        raw[section][name] = value
+    arch = raw["model"]["arch"]
+    for name, archs in ARCH_KEYS.items():  # an arch from the file: the other archs' keys left at defaults go
+        if arch not in archs and f"model.{name}" not in config.given_keys:
+            raw["model"].pop(name, None)
+    resolved = config_from_dict(raw, "the config completed from model.init_from / gan.init_from")
+    resolved.given_keys = config.given_keys
+    return resolved
+
+
+def start_from(init: InitWeights, generator: nn.Module, discriminator: nn.Module) -> None:
+    """Load the init weights into the built networks: every name and shape
+    must match (the first that does not is named)."""
+    for key, path, weights, module in (
+        ("model.init_from", init.config.model.init_from, init.generator, generator),
+        ("gan.init_from", init.config.gan.init_from, init.discriminator, discriminator),
+    ):
+        if weights is not None:
+            check_state_dict(weights, module, f"{key}: {path}")
+            module.load_state_dict(weights)
