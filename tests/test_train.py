@@ -86,7 +86,9 @@ def test_init_from_starts_from_another_runs_generator(photo_dir, val_dir, tmp_pa
     )
     before, after = load_checkpoint(first)["generator"], load_checkpoint(second)["generator"]
     assert torch.allclose(before["head.0.weight"], after["head.0.weight"], atol=1e-8)
-    with pytest.raises(SrganError, match=r"model\.init_from: .* has 1 blocks, the config asks for 2 blocks \(model\.blocks\)"):
+    with pytest.raises(
+        SrganError, match=r"model\.init_from: .* has 1 blocks, the config asks for 2 blocks \(model\.blocks\)"
+    ):
         train(tiny(photo_dir, val_dir, tmp_path / "third", "model.blocks=2", f"model.init_from={first}"))
 
 

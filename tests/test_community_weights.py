@@ -1,0 +1,379 @@
+"""The community's generator files, built here with random weights in each
+published layout and saved as each file kind (nothing is downloaded): srgan
+recognises them, loads them and computes what spandrel (chaiNNer's loader)
+computes from them; `srgan upscale -k FILE` runs them; `srgan train` starts
+from them (model.init_from, gan.init_from) with the shape they bring; and
+every file that is not one is refused in one line, exit 2, nothing run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from PIL import Image
+
+from conftest import assert_refused, set_args, skimage_photo
+from srgan.configs import SrganError, load_config
+from srgan.models.checkpoint import load_generator, read_generator_file
+from srgan.models.compact import SRVGGNetCompact
+from srgan.models.discriminator_unet import UNetDiscriminatorSN
+from srgan.models.generator import Generator
+from srgan.models.rrdb import RRDBNet
+from srgan.models.spandrel_generator import SpandrelGenerator
+from test_interop_arch import basicsr_rrdbnet, realesrgan_compact
+
+spandrel = pytest.importorskip("spandrel")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+X = torch.rand(1, 3, 9, 11, generator=torch.Generator().manual_seed(1))
+
+
+# ---- the layouts, written down from their sources ---------------------------------
+
+
+def esrgan_trunk(basicsr: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """xinntao/ESRGAN's RRDBNet_arch.py (2018): the same network as BasicSR's
+    under RRDB_trunk.N.RDBr, trunk_conv, upconv1/2, HRconv."""
+    renamed = {}
+    for key, value in basicsr.items():
+        key = re.sub(r"^body\.(\d+)\.rdb(\d)\.", r"RRDB_trunk.\1.RDB\2.", key)
+        key = re.sub(r"^conv_body\.", "trunk_conv.", key)
+        key = re.sub(r"^conv_up(\d)\.", r"upconv\1.", key)
+        key = re.sub(r"^conv_hr\.", "HRconv.", key)
+        renamed[key] = value
+    return renamed
+
+
+def esrgan_sequential(blocks: int, feat: int, scale: int = 4, seed: int = 0) -> dict[str, torch.Tensor]:
+    """ESRGAN's original release (model.0, model.1.sub.N.RDBr.convK.0, ...):
+    spandrel's ESRGAN class holds that layout."""
+    from spandrel.architectures.ESRGAN import ESRGAN
+
+    torch.manual_seed(seed)
+    return ESRGAN(num_filters=feat, num_blocks=blocks, scale=scale).state_dict()
+
+
+def save(state: dict[str, torch.Tensor], path, kind: str):
+    """As BasicSR (params_ema, params), a bare state dict, a DataParallel run's, or safetensors."""
+    if kind == "safetensors":
+        path = path.with_suffix(".safetensors")
+        safetensors_torch.save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    elif kind == "module":
+        torch.save({f"module.{k}": v for k, v in state.items()}, path)
+    elif kind == "top":
+        torch.save(state, path)
+    else:
+        torch.save({kind: state}, path)
+    return path
+
+
+def reference(state: dict[str, torch.Tensor], x: torch.Tensor = X, network_only: bool = True) -> torch.Tensor:
+    """spandrel's output from the same weights: its network's (not clamped), or
+    its descriptor's (padded, clamped: what an architecture only spandrel knows gives)."""
+    descriptor = spandrel.ModelLoader().load_from_state_dict(state)
+    with torch.no_grad():
+        return descriptor.model.eval()(x) if network_only else descriptor(x)
+
+
+def ours(path, x: torch.Tensor = X) -> tuple[torch.nn.Module, torch.Tensor]:
+    generator = load_generator(path).eval()
+    with torch.no_grad():
+        return generator, generator(x)
+
+
+# ---- recognised, loaded, the same function ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "layout, kind",
+    [
+        ("basicsr", "params_ema"),
+        ("basicsr", "params"),
+        ("basicsr", "module"),
+        ("basicsr", "safetensors"),
+        ("trunk", "safetensors"),
+        ("sequential", "top"),
+        ("sequential", "params_ema"),
+    ],
+)
+def test_rrdbnet_files_of_every_layout_load_and_compute_what_spandrel_computes(layout, kind, tmp_path, caplog):
+    state = {
+        "basicsr": lambda: basicsr_rrdbnet(4, 2, 16),
+        "trunk": lambda: esrgan_trunk(basicsr_rrdbnet(4, 2, 16)),
+        "sequential": lambda: esrgan_sequential(2, 16),
+    }[layout]()
+    path = save(state, tmp_path / "model.pth", kind)
+    with caplog.at_level("INFO", logger="srgan"):
+        generator, out = ours(path)
+    assert isinstance(generator, RRDBNet)
+    assert (generator.scale, generator.blocks, generator.channels, generator.growth) == (4, 2, 16, 32)
+    assert out.abs().mean() > 1e-2
+    torch.testing.assert_close(out, reference(state), atol=1e-5, rtol=0)
+    assert re.search(r"model: RRDBNet \(.*layout.*\), x4, 2 blocks, 16 channels, growth 32 from ", caplog.text)
+
+
+@pytest.mark.parametrize("scale", [2, 1])
+def test_rrdbnet_scale_comes_from_the_first_convs_input_channels(scale, tmp_path):
+    state = basicsr_rrdbnet(scale, 1, 16)
+    generator, out = ours(save(state, tmp_path / "x.pth", "params_ema"))
+    assert generator.scale == scale
+    torch.testing.assert_close(out, reference(state), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("convs, kind", [(16, "params"), (32, "safetensors")])
+def test_compact_files_load_and_compute_what_spandrel_computes(convs, kind, tmp_path):
+    """16 convs: realesr-animevideov3's layout; 32: realesr-general-x4v3's (8 channels here, not 64)."""
+    state = realesrgan_compact(4, convs, 8)
+    generator, out = ours(save(state, tmp_path / "c.pth", kind))
+    assert isinstance(generator, SRVGGNetCompact) and (generator.blocks, generator.channels) == (convs, 8)
+    torch.testing.assert_close(out, reference(state), atol=1e-5, rtol=0)
+
+
+def srgan_safetensors(path, generator: torch.nn.Module, model: dict) -> None:
+    """What h-export's `srgan export -o x.safetensors` writes: the weights, and the model section as metadata."""
+    metadata = {"srgan_model": json.dumps(model), "arch": model["arch"], "scale": str(model["scale"])}
+    state = {k: v.contiguous() for k, v in generator.state_dict().items()}
+    safetensors_torch.save_file(state, str(path), metadata=metadata)
+
+
+def test_an_srresnet_round_trips_through_safetensors_by_its_metadata(tmp_path):
+    """No other tool knows srgan's SRResNet: the metadata builds it."""
+    model = {"arch": "srresnet", "scale": 2, "blocks": 2, "channels": 8, "norm": "none", "residual": "bicubic"}
+    torch.manual_seed(0)
+    original = Generator(2, 2, 8, norm="none", residual="bicubic").eval()
+    srgan_safetensors(tmp_path / "g.safetensors", original, model)
+    generator, out = ours(tmp_path / "g.safetensors")
+    with torch.no_grad():
+        assert torch.equal(out, original(X))
+    assert isinstance(generator, Generator) and generator.scale == 2
+    # metadata that does not describe the tensors: named, not guessed around
+    srgan_safetensors(tmp_path / "lies.safetensors", original, {**model, "blocks": 3})
+    with pytest.raises(SrganError, match=r"lies\.safetensors: generator: lacks body\.2\."):
+        load_generator(tmp_path / "lies.safetensors")
+
+
+def tiny_span(seed: int = 0) -> dict[str, torch.Tensor]:
+    from spandrel.architectures.SPAN import SPAN
+
+    torch.manual_seed(seed)
+    return SPAN(num_in_ch=3, num_out_ch=3, feature_channels=8, upscale=4).state_dict()
+
+
+def test_an_architecture_only_spandrel_knows_runs_through_it_for_inference(tmp_path):
+    state = tiny_span()
+    path = save(state, tmp_path / "4x-span.pth", "top")
+    generator, out = ours(path)
+    assert isinstance(generator, SpandrelGenerator) and (generator.arch, generator.scale) == ("SPAN", 4)
+    assert out.mean() > 1e-2
+    torch.testing.assert_close(out, reference(state, network_only=False), atol=1e-6, rtol=0)
+    with pytest.raises(SrganError, match=r"fit no generator srgan knows"):  # nor can srgan train it
+        read_generator_file(path)
+
+
+def test_an_x8_rrdbnet_runs_through_spandrel_and_is_refused_for_training(tmp_path):
+    state = esrgan_sequential(1, 8, scale=8)
+    path = save(state, tmp_path / "x8.pth", "top")
+    generator, out = ours(path)
+    assert isinstance(generator, SpandrelGenerator) and generator.scale == 8
+    torch.testing.assert_close(out, reference(state, network_only=False), atol=1e-5, rtol=0)
+    with pytest.raises(SrganError, match=r"with 3 upsampling convs .* srgan's RRDBNet has 2"):
+        read_generator_file(path)
+
+
+# ---- the command line ------------------------------------------------------------
+
+
+@pytest.fixture
+def photo(tmp_path):
+    path = tmp_path / "photo.png"
+    Image.fromarray(skimage_photo("coffee")[100:124, 200:230]).save(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, state, first_line",
+    [
+        ("RealESRGAN_x4plus.pth", lambda: {"params_ema": basicsr_rrdbnet(4, 1, 8)}, "model: RRDBNet (BasicSR/"),
+        ("4x-SPAN.pth", tiny_span, "model: SPAN (through spandrel), x4"),
+    ],
+)
+def test_upscale_runs_a_community_file_and_says_what_it_recognised_first(name, state, first_line, srgan, photo):
+    torch.save(state(), photo.parent / name)
+    result = srgan("upscale", photo, "-k", photo.parent / name, "--tile", "16", "--precision", "bf16")
+    assert result.returncode == 0, result
+    assert result.stderr.splitlines()[0].startswith(first_line), result.stderr
+    with Image.open(photo.parent / "photo_x4.png") as out:
+        assert out.size == (120, 96)
+
+
+class Planted:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))  # creates the marker file when unpickled
+
+
+def forged_safetensors(path, how: str) -> None:
+    good = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    if how == "length past the file":
+        path.write_bytes((10**6).to_bytes(8, "little") + good + bytes(8))
+    elif how == "bad JSON":
+        body = b"{not json" + b" " * (len(good) - 9)
+        path.write_bytes(len(body).to_bytes(8, "little") + body + bytes(8))
+    else:  # offsets out of range
+        header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4096]}}).encode()
+        path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+
+
+@pytest.mark.parametrize(
+    "case, culprit",
+    [
+        ("neither", "expected a PyTorch file (.pth, .pt) or a .safetensors file"),
+        ("truncated", "expected a PyTorch file (.pth, .pt) or a .safetensors file"),
+        ("pickle", "refused: loading it would run Python code"),
+        ("length past the file", "safetensors header claims 1,000,000 bytes"),
+        ("bad JSON", "safetensors header is not JSON"),
+        ("offsets out of range", "lie outside the 8 bytes of data"),
+        ("unknown keys", "fit no generator srgan knows"),
+    ],
+)
+def test_files_that_are_no_generator_are_refused_in_one_line(case, culprit, srgan, photo, tmp_path):
+    marker = tmp_path / "PWNED"
+    path = tmp_path / (
+        "m.safetensors" if case in ("length past the file", "bad JSON", "offsets out of range") else "m.pth"
+    )
+    if case == "neither":
+        path.write_bytes(b"GIF89a" + bytes(200))
+    elif case == "truncated":
+        torch.save(basicsr_rrdbnet(4, 1, 8), path)
+        path.write_bytes(path.read_bytes()[:5000])
+    elif case == "pickle":
+        torch.save({"params": {"conv_first.weight": Planted(marker)}}, path)
+    elif case == "unknown keys":
+        torch.save({"encoder.0.weight": torch.ones(4, 3, 3, 3), "decoder.weight": torch.ones(3, 4, 1, 1)}, path)
+    else:
+        forged_safetensors(path, case)
+    for args in (("upscale", photo, "-k", path), ("train", "--set", f"model.init_from={path}")):
+        result = srgan(*args)
+        assert_refused(result, culprit)
+        assert len(result.stderr.strip().splitlines()) == 1 and str(path) in result.stderr, result.stderr
+    assert not marker.exists() and not (photo.parent / "photo_x4.png").exists()
+
+
+# ---- fine-tuning -------------------------------------------------------------------
+
+
+def finetune_settings(photo_dir, run_dir, *extra: str) -> list[str]:
+    """The finetune_realesrgan_x4 preset cut to seconds: tiny crops and batches,
+    random VGG features, 2 steps."""
+    return [
+        f"data.train={photo_dir}",
+        "data.crop_size=32",
+        "data.batch_size=2",
+        "data.workers=0",
+        "data.repeat=2",
+        "loss.perceptual.weights=none",
+        "loss.perceptual.layers={conv1_2: 1.0}",
+        "train.max_steps=2",
+        "train.epochs=1",
+        "train.precision=fp32",
+        "train.device=cpu",
+        "train.log_every=1",
+        "train.ema_decay=0",
+        f"train.run_dir={run_dir}",
+        *extra,
+    ]
+
+
+def netd(width: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """RealESRGAN_x4plus_netD.pth's layout: Real-ESRGAN's UNetDiscriminatorSN (srgan's
+    has its names: weight_orig, weight_u, weight_v of spectral norm)."""
+    torch.manual_seed(seed)
+    return UNetDiscriminatorSN(width).state_dict()
+
+
+def test_finetuning_takes_the_shape_from_the_files_and_starts_from_their_weights(photo_dir, tmp_path):
+    from srgan.training.loop import Trainer
+
+    generator, discriminator = basicsr_rrdbnet(4, 2, 8, grow=4), netd(8)
+    torch.save({"params_ema": generator}, tmp_path / "g.pth")
+    torch.save({"params": discriminator}, tmp_path / "d.pth")
+    config = load_config(
+        "finetune_realesrgan_x4",
+        finetune_settings(
+            photo_dir, tmp_path / "run", f"model.init_from={tmp_path / 'g.pth'}", f"gan.init_from={tmp_path / 'd.pth'}"
+        ),
+    )
+    trainer = Trainer(config)
+    try:
+        m = trainer.config.model
+        assert (m.arch, m.scale, m.blocks, m.channels, m.growth, m.d_channels) == ("rrdb", 4, 2, 8, 4, 8)
+        for weights, module in ((generator, trainer.parts.generator), (discriminator, trainer.parts.discriminator)):
+            state = module.state_dict()
+            assert state.keys() == weights.keys() and all(torch.equal(state[k], weights[k]) for k in weights)
+    finally:
+        trainer.close()
+    written = (tmp_path / "run" / "config.yaml").read_text()  # the values used
+    assert "blocks: 2\n" in written and "channels: 8\n" in written and "growth: 4\n" in written
+    assert "d_channels: 8\n" in written
+
+
+def test_srgan_train_fine_tunes_a_basicsr_file_for_two_steps(srgan, photo_dir, tmp_path):
+    torch.save({"params_ema": basicsr_rrdbnet(4, 1, 8, grow=4)}, tmp_path / "g.pth")
+    settings = finetune_settings(
+        photo_dir, tmp_path / "run", f"model.init_from={tmp_path / 'g.pth'}", "model.d_channels=8"
+    )
+    result = srgan("train", "--config", "finetune_realesrgan_x4", *set_args(settings))
+    assert result.returncode == 0, result.stderr
+    from srgan.models import load_checkpoint
+
+    state = load_checkpoint(tmp_path / "run")
+    assert state["step"] == 2 and state["config"]["model"]["blocks"] == 1 and state["config"]["model"]["growth"] == 4
+
+
+@pytest.mark.parametrize(
+    "setting, culprit",
+    [
+        ("model.blocks=3", "has 2 blocks, the config asks for 3 blocks (model.blocks)"),
+        ("model.arch=compact", "has arch rrdb, the config asks for arch compact (model.arch)"),
+        ("gan.discriminator=vgg", "has discriminator unet, the config asks for discriminator vgg (gan.discriminator)"),
+    ],
+)
+def test_a_setting_that_disagrees_with_the_files_is_named(setting, culprit, srgan, photo_dir, tmp_path):
+    torch.save({"params_ema": basicsr_rrdbnet(4, 2, 8, grow=4)}, tmp_path / "g.pth")
+    torch.save({"params": netd(8)}, tmp_path / "d.pth")
+    settings = finetune_settings(
+        photo_dir, tmp_path / "run", f"model.init_from={tmp_path / 'g.pth'}", f"gan.init_from={tmp_path / 'd.pth'}"
+    )
+    result = srgan("train", "--config", "finetune_realesrgan_x4", *set_args([*settings, setting]))
+    assert_refused(result, culprit)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_tensor_that_does_not_fit_is_named_by_its_key(srgan, photo_dir, tmp_path):
+    state = basicsr_rrdbnet(4, 2, 8, grow=4)
+    state["body.1.rdb2.conv3.weight"] = torch.zeros(4, 7, 3, 3)
+    torch.save({"params_ema": state}, tmp_path / "g.pth")
+    settings = finetune_settings(photo_dir, tmp_path / "run", f"model.init_from={tmp_path / 'g.pth'}")
+    result = srgan("train", "--config", "finetune_realesrgan_x4", *set_args(settings))
+    assert_refused(result, "body.1.rdb2.conv3.weight has shape [4, 7, 3, 3]")
+
+
+def test_the_finetune_presets_leave_the_shape_to_the_files():
+    """Every key spelled out but the network's shape (and data.train, init files to fill)."""
+    for name in ("finetune_realesrgan_x4", "finetune_esrgan_x4"):
+        config = load_config(name)
+        assert config.model.arch == "rrdb" and config.model.init_from is None
+        assert not {"model.blocks", "model.channels", "model.growth"} & config.given_keys
+    real = load_config("finetune_realesrgan_x4")
+    assert (real.gan.discriminator, real.loss.weights.adversarial, real.train.betas) == ("unet", 0.1, [0.9, 0.99])
+    assert real.loss.perceptual.layers == {
+        "conv1_2": 0.1,
+        "conv2_2": 0.1,
+        "conv3_4": 1.0,
+        "conv4_4": 1.0,
+        "conv5_4": 1.0,
+    }
