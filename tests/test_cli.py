@@ -144,7 +144,7 @@ def test_corrupt_and_foreign_checkpoints_are_one_line_errors(tmp_path):
     corrupt.write_bytes(b"\x00garbage")
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(2)}, foreign)
-    for path, message in ((corrupt, "not a readable checkpoint"), (foreign, "not an srgan checkpoint")):
+    for path, message in ((corrupt, "not a readable checkpoint"), (foreign, "fit no generator srgan knows")):
         result = run_cli("upscale", str(photo), "--checkpoint", str(path))
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -156,7 +156,16 @@ def test_config_show_prints_the_resolved_yaml():
     shown = yaml.safe_load(result.stdout)
     assert shown["model"]["scale"] == 2 and shown["loss"]["perceptual"]["layer"] == "relu5_4"
     listed = run_cli("config", "list").stdout.split()
-    assert listed == ["compact_x4", "demo", "esrgan_x4", "leftthomas_x4", "srgan_x4", "srresnet_x4"]
+    assert listed == [
+        "compact_x4",
+        "demo",
+        "esrgan_x4",
+        "finetune_esrgan_x4",
+        "finetune_realesrgan_x4",
+        "leftthomas_x4",
+        "srgan_x4",
+        "srresnet_x4",
+    ]
 
 
 def test_samples_command_writes_the_builtin_photos(tmp_path):

@@ -377,3 +377,29 @@ def test_the_finetune_presets_leave_the_shape_to_the_files():
         "conv4_4": 1.0,
         "conv5_4": 1.0,
     }
+
+
+def test_a_network_without_bf16_runs_in_fp32_when_bf16_is_asked():
+    """spandrel says which precisions a network runs in; the others fall back to fp32."""
+    descriptor = spandrel.ModelLoader().load_from_state_dict(tiny_span())
+    descriptor.supports_bfloat16 = False
+    generator = SpandrelGenerator(descriptor).eval()
+    with torch.no_grad():
+        plain = generator(X)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            asked = generator(X)
+    assert asked.dtype == torch.float32 and torch.equal(asked, plain)
+
+
+def test_a_video_runs_through_a_spandrel_network(srgan, tmp_path):
+    av = pytest.importorskip("av")
+    from test_video import make_clip
+
+    clip = make_clip(tmp_path / "clip.mp4", frames=3, sound=False)
+    torch.save(tiny_span(), tmp_path / "4x-SPAN.pth")
+    result = srgan("upscale", clip, "-k", tmp_path / "4x-SPAN.pth", "--device", "cpu", "--precision", "fp32")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0].startswith("model: SPAN (through spandrel), x4")
+    with av.open(str(tmp_path / "clip_x4.mp4")) as out:
+        stream = out.streams.video[0]
+        assert (stream.codec_context.width, stream.codec_context.height, stream.frames) == (256, 192, 3)
