@@ -11,7 +11,6 @@ neither file: its checkpoint wins."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +20,6 @@ from torch import nn
 from srgan.configs import Config, SrganError, config_from_dict, config_to_dict
 from srgan.configs.schema import ARCH_KEYS
 from srgan.models.checkpoint import check_state_dict, read_discriminator_file, read_generator_file
-
-log = logging.getLogger("srgan")
 
 # How a mismatch reads: "X has 23 blocks, the config asks for 16 (model.blocks)".
 PHRASES = {
@@ -40,12 +37,14 @@ class InitWeights:
     config: Config  # the config with the files' settings filled in
     generator: dict[str, torch.Tensor] | None  # srgan's names, to load strictly
     discriminator: dict[str, torch.Tensor] | None
+    notes: list[str]  # what was read and taken, for the run's log
 
 
 def read_init_files(config: Config) -> InitWeights:
     """The weights of model.init_from and gan.init_from, and the config they
     complete. SrganError naming the file (and every disagreeing key)."""
     settings: dict[str, Any] = {}
+    notes: list[str] = []
     generator = discriminator = None
     if config.model.init_from:
         try:
@@ -54,7 +53,7 @@ def read_init_files(config: Config) -> InitWeights:
             raise SrganError(f"model.init_from: {error}") from None
         implied = {f"model.{key}": getattr(found.model, key) for key in found.keys}
         settings |= agreed(config, "model.init_from", config.model.init_from, implied)
-        log.info("generator: %s from %s", found.description, config.model.init_from)
+        notes.append(f"generator from {config.model.init_from}: {found.description}")
         generator = found.weights
     if config.gan.init_from:
         try:
@@ -64,12 +63,12 @@ def read_init_files(config: Config) -> InitWeights:
         section = {"discriminator": "gan", "d_channels": "model", "crop_size": "data"}
         implied = {f"{section[key]}.{key}": value for key, value in recognised.model.items()}
         settings |= agreed(config, "gan.init_from", config.gan.init_from, implied)
-        log.info("discriminator: %s from %s", recognised.layout, config.gan.init_from)
+        notes.append(f"discriminator from {config.gan.init_from}: {recognised.layout}")
         discriminator = recognised.weights
     taken = {key: value for key, value in settings.items() if key not in config.given_keys}
     if taken:
-        log.info("taken from the init files: %s", ", ".join(f"{k}={v}" for k, v in taken.items()))
-    return InitWeights(with_settings(config, taken), generator, discriminator)
+        notes.append("taken from the init files: " + ", ".join(f"{k}={v}" for k, v in taken.items()))
+    return InitWeights(with_settings(config, taken), generator, discriminator, notes)
 
 
 def agreed(config: Config, key: str, path: str, implied: dict[str, Any]) -> dict[str, Any]:

@@ -176,6 +176,8 @@ class Trainer:
             for change in self.changes:
                 log.info("  changed: %s", change)
         log.info("run folder %s", self.folder.path)
+        for note in self.init.notes if self.init is not None else ():
+            log.info("%s", note)
         log.info("%s", self.runtime.describe())
         log.info(
             "generator %s parameters, discriminator %s parameters; %d training images, %d steps an epoch",
