@@ -11,6 +11,7 @@ cannot run in (bf16 or fp16, as its descriptor says) runs in fp32."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -69,7 +70,9 @@ def spandrel_generator(state: dict[str, torch.Tensor], origin: str, why: str) ->
     except ImportError:
         raise SrganError(f"{why}; spandrel would run other architectures: pip install 'srgan[interop]'") from None
     try:
-        descriptor = spandrel.ModelLoader().load_from_state_dict(state)
+        with warnings.catch_warnings():  # its architectures' deprecation notices, not the user's business
+            warnings.simplefilter("ignore")
+            descriptor = spandrel.ModelLoader().load_from_state_dict(state)
     except spandrel.UnsupportedModelError:
         raise SrganError(f"{why}; nor does spandrel {spandrel.__version__} recognise it") from None
     except Exception as error:  # a layout it recognised, with tensors that do not fit it

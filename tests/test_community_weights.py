@@ -161,6 +161,24 @@ def tiny_span(seed: int = 0) -> dict[str, torch.Tensor]:
     return SPAN(num_in_ch=3, num_out_ch=3, feature_channels=8, upscale=4).state_dict()
 
 
+def tiny_swinir(seed: int = 0) -> dict[str, torch.Tensor]:
+    """A SwinIR of one 12-wide layer with 4 px windows (attention; its building warns of torch.meshgrid)."""
+    from spandrel.architectures.SwinIR import SwinIR
+
+    torch.manual_seed(seed)
+    model = SwinIR(
+        img_size=16,
+        embed_dim=12,
+        depths=[1],
+        num_heads=[2],
+        window_size=4,
+        mlp_ratio=2,
+        upscale=4,
+        upsampler="pixelshuffledirect",
+    )
+    return model.state_dict()
+
+
 def test_an_architecture_only_spandrel_knows_runs_through_it_for_inference(tmp_path):
     state = tiny_span()
     path = save(state, tmp_path / "4x-span.pth", "top")
@@ -196,7 +214,7 @@ def photo(tmp_path):
     "name, state, first_line",
     [
         ("RealESRGAN_x4plus.pth", lambda: {"params_ema": basicsr_rrdbnet(4, 1, 8)}, "model: RRDBNet (BasicSR/"),
-        ("4x-SPAN.pth", tiny_span, "model: SPAN (through spandrel), x4"),
+        ("4x-SwinIR.pth", lambda: {"params": tiny_swinir()}, "model: SwinIR (through spandrel), x4"),
     ],
 )
 def test_upscale_runs_a_community_file_and_says_what_it_recognised_first(name, state, first_line, srgan, photo):
