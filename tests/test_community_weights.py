@@ -421,3 +421,25 @@ def test_a_video_runs_through_a_spandrel_network(srgan, tmp_path):
     with av.open(str(tmp_path / "clip_x4.mp4")) as out:
         stream = out.streams.video[0]
         assert (stream.codec_context.width, stream.codec_context.height, stream.frames) == (256, 192, 3)
+
+
+def test_a_vgg_discriminator_file_brings_its_crop_and_a_given_crop_that_differs_is_named(tmp_path):
+    from srgan.models.discriminator_vgg import VGGStyleDiscriminator
+    from srgan.training.init_from import read_init_files
+
+    torch.save({"params": VGGStyleDiscriminator(8, 64).state_dict()}, tmp_path / "d.pth")
+    (tmp_path / "mine.yaml").write_text(f"gan:\n  discriminator: vgg\n  init_from: {tmp_path / 'd.pth'}\n")
+    opened = read_init_files(load_config(str(tmp_path / "mine.yaml")))
+    assert (opened.config.data.crop_size, opened.config.model.d_channels) == (64, 8)
+    with pytest.raises(
+        SrganError, match=r"has crops of 64 px, the config asks for crops of 128 px \(data\.crop_size\)"
+    ):
+        read_init_files(load_config("esrgan_x4", [f"gan.init_from={tmp_path / 'd.pth'}", "model.d_channels=8"]))
+
+
+def test_which_keys_were_given_is_recorded_and_is_no_setting():
+    config = load_config("finetune_realesrgan_x4", ["model.growth=16"])
+    assert {"model.arch", "model.scale", "model.growth", "data.train"} <= config.given_keys
+    assert "model.blocks" not in config.given_keys
+    with pytest.raises(SrganError, match="unknown key given_keys"):
+        load_config("demo", ["given_keys=[model.blocks]"])
