@@ -28,7 +28,9 @@ def runtime_from_options(device: str, precision: str):
 
 def generator_from_option(checkpoint, runtime):
     """The generator of a --checkpoint (an srgan checkpoint file or run folder,
-    or a leftthomas/SRGAN netG_epoch_*.pth), on the runtime's device."""
-    from srgan.models.checkpoint import load_generator
+    or a community model file: docs/models.md), on the runtime's device, and
+    what was recognised (the command says it once its own checks pass)."""
+    from srgan.models.checkpoint import load_described_generator
 
-    return runtime.place(load_generator(checkpoint))
+    generator, model = load_described_generator(checkpoint)
+    return runtime.place(generator), model

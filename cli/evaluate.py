@@ -36,8 +36,8 @@ def compare(
         raise SrganError(f"-o {output}: expected a file name ending in .png")
     check_output(output, force, inputs=(image,))  # before loading anything
     runtime = runtime_from_options(device, precision)
-    generator = generator_from_option(checkpoint, runtime)
-    scores = compare_picture(generator, runtime, image, output, force)
+    generator, model = generator_from_option(checkpoint, runtime)
+    scores = compare_picture(generator, runtime, image, output, force, model)
     typer.echo(
         f"{output}: bicubic | SR | original; PSNR bicubic {scores['bicubic_psnr']:.2f} dB, "
         f"SR {scores['sr_psnr']:.2f} dB ({CONVENTION.format(scale=generator.scale)})"
@@ -61,8 +61,8 @@ def evaluate(
     if json_path is not None:
         check_output(json_path, force)  # before the work, not after it
     runtime = runtime_from_options(device, precision)
-    generator = generator_from_option(checkpoint, runtime)
-    result = evaluate_folders(generator, runtime, folders)
+    generator, model = generator_from_option(checkpoint, runtime)
+    result = evaluate_folders(generator, runtime, folders, model)
     typer.echo(format_table(result))
     if json_path is not None:
         write_text(json_path, json.dumps(result, indent=2) + "\n", overwrite=force)

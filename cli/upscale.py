@@ -110,10 +110,10 @@ def upscale(
         compare=compare,
     )
     runtime = runtime_from_options(device, precision)
-    generator = generator_from_option(checkpoint, runtime)
+    generator, model = generator_from_option(checkpoint, runtime)
     try:
         with _sigterm_as_interrupt():
-            report = upscale_files(generator, runtime, inputs, output, options)
+            report = upscale_files(generator, runtime, inputs, output, options, model)
     except _Terminated:
         typer.echo("srgan: terminated", err=True)
         raise typer.Exit(128 + signal.SIGTERM) from None

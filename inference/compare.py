@@ -3,6 +3,7 @@ version is made here: the quickest look at what a model does."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ from srgan.inference.imageio import write_png
 from srgan.inference.metrics import psnr_y
 from srgan.inference.upscale import upscale_rgb8
 from srgan.models import Runtime, SRGenerator
+
+log = logging.getLogger("srgan")
 
 GAP = 8  # white pixels between the panels
 
@@ -41,9 +44,11 @@ def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
 
 
 def compare_picture(
-    generator: SRGenerator, runtime: Runtime, image_path: Path, out_path: Path, force: bool = False
+    generator: SRGenerator, runtime: Runtime, image_path: Path, out_path: Path, force: bool = False, model: str = ""
 ) -> dict[str, float]:
-    """Write bicubic | SR | original for one HR photo; returns their Y-channel PSNRs."""
+    """Write bicubic | SR | original for one HR photo; returns their Y-channel
+    PSNRs. `model`, what the checkpoint was recognised as, is said once the
+    photo is checked."""
     check_output(out_path, force, inputs=(image_path,))  # before the work
     try:
         hr = mod_crop(load_rgb8(image_path), generator.scale)
@@ -53,6 +58,8 @@ def compare_picture(
         raise SrganError(f"{image_path}: cannot be decoded as an image ({first_line(error)})") from None
     if min(hr.shape[:2]) < 4 * generator.scale:
         raise SrganError(f"{image_path}: too small to compare at x{generator.scale}")
+    if model:
+        log.info("model: %s", model)
     generator.eval()
     lr = bicubic_downscale(hr, generator.scale)
     bicubic = bicubic_upscale(lr, generator.scale)

@@ -35,11 +35,12 @@ def _means(images: list[dict]) -> dict:
     return mean
 
 
-def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Path]) -> dict:
+def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Path], model: str = "") -> dict:
     """Scores per image and their means, overall and (for several folders)
     per folder, as the literature reports Set5 and Set14 apart; one image
     in memory at a time. An image file among `folders` is scored alone
-    (it counts in the overall mean and has no folder mean)."""
+    (it counts in the overall mean and has no folder mean). `model`, what the
+    checkpoint was recognised as, is said once the folders are checked."""
     scale = generator.scale
     paths: list[tuple[int, Path]] = []  # (index of its folder, image)
     for index, folder in enumerate(folders):
@@ -57,6 +58,8 @@ def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Pat
         else:
             raise SrganError(f"{folder}: no such file or folder")
         paths += [(index, path) for path in found]
+    if model:
+        log.info("model: %s", model)
     network = inference_network(generator, runtime)
     images: list[dict[str, Any]] = []
     failed, folder_of = [], []

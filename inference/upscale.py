@@ -60,15 +60,24 @@ class UpscaleReport:
 
 
 def upscale_files(
-    generator: SRGenerator, runtime: Runtime, inputs: list[Path], output: Path | None, options: UpscaleOptions
+    generator: SRGenerator,
+    runtime: Runtime,
+    inputs: list[Path],
+    output: Path | None,
+    options: UpscaleOptions,
+    model: str = "",
 ) -> UpscaleReport:
     """Upscale every input. Problems with the command (overwrites, name
     clashes) raise SrganError before any work; an image or video that cannot
-    be read or written is logged, skipped and listed in the report."""
+    be read or written is logged, skipped and listed in the report. `model`
+    (what the checkpoint was recognised as) is the first line said once the
+    command's checks pass."""
     files = collect_inputs(inputs)
     if any(is_video(source) for source in files):
         require_av()  # before any work: a missing extra is a mistake in the command, not in one file
     plan = plan_outputs(files, output, generator.scale, options)
+    if model:
+        log.info("model: %s", model)
     pad = generator.default_tile_pad if options.tile_pad is None else options.tile_pad
     if pad < generator.default_tile_pad and options.tile != 0:
         log.warning(

@@ -11,7 +11,6 @@ file and the key."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +33,6 @@ from srgan.models.community import (
 )
 from srgan.models.discriminator import build_discriminator
 from srgan.models.spandrel_generator import spandrel_generator
-
-log = logging.getLogger("srgan")
 
 # What every srgan checkpoint holds (training adds more: schedulers, RNG states, ...).
 REQUIRED_KEYS = ("generator", "discriminator", "optimizer_g", "optimizer_d", "epoch", "step", "config")
@@ -74,7 +71,14 @@ def load_checkpoint(path: str | Path, for_resume: bool = True) -> dict[str, Any]
 def load_generator(path: str | Path) -> SRGenerator:
     """The generator of any file srgan reads (see read_generator_file), or,
     failing those, of any other architecture spandrel recognises (for
-    inference only). Logs which architecture and scale it recognised."""
+    inference only)."""
+    return load_described_generator(path)[0]
+
+
+def load_described_generator(path: str | Path) -> tuple[SRGenerator, str]:
+    """load_generator's network, and what was recognised, for the first line
+    of a command's output: "RRDBNet (BasicSR/Real-ESRGAN layout), x4, 23
+    blocks, 64 channels, growth 32 from RealESRGAN_x4plus.pth"."""
     path = resolve_checkpoint_path(path)
     state, metadata = read_weight_file(path)
     try:
@@ -85,12 +89,10 @@ def load_generator(path: str | Path) -> SRGenerator:
             raise
         check_finite(weights, str(path))
         foreign = spandrel_generator(weights, str(path), str(why))
-        log.info("model: %s from %s", foreign.describe(), path)
-        return foreign
+        return foreign, f"{foreign.describe()} from {path}"
     generator = build_generator(found.model)
     generator.load_state_dict(found.weights)
-    log.info("model: %s from %s", found.description, path)
-    return generator
+    return generator, f"{found.description} from {path}"
 
 
 @dataclass

@@ -16,7 +16,7 @@ from PIL import Image
 
 from conftest import assert_refused, set_args, skimage_photo
 from srgan.configs import SrganError, load_config
-from srgan.models.checkpoint import load_generator, read_generator_file
+from srgan.models.checkpoint import load_described_generator, load_generator, read_generator_file
 from srgan.models.compact import SRVGGNetCompact
 from srgan.models.discriminator_unet import UNetDiscriminatorSN
 from srgan.models.generator import Generator
@@ -98,20 +98,20 @@ def ours(path, x: torch.Tensor = X) -> tuple[torch.nn.Module, torch.Tensor]:
         ("sequential", "params_ema"),
     ],
 )
-def test_rrdbnet_files_of_every_layout_load_and_compute_what_spandrel_computes(layout, kind, tmp_path, caplog):
+def test_rrdbnet_files_of_every_layout_load_and_compute_what_spandrel_computes(layout, kind, tmp_path):
     state = {
         "basicsr": lambda: basicsr_rrdbnet(4, 2, 16),
         "trunk": lambda: esrgan_trunk(basicsr_rrdbnet(4, 2, 16)),
         "sequential": lambda: esrgan_sequential(2, 16),
     }[layout]()
     path = save(state, tmp_path / "model.pth", kind)
-    with caplog.at_level("INFO", logger="srgan"):
-        generator, out = ours(path)
+    generator, out = ours(path)
     assert isinstance(generator, RRDBNet)
     assert (generator.scale, generator.blocks, generator.channels, generator.growth) == (4, 2, 16, 32)
     assert out.abs().mean() > 1e-2
     torch.testing.assert_close(out, reference(state), atol=1e-5, rtol=0)
-    assert re.search(r"model: RRDBNet \(.*layout.*\), x4, 2 blocks, 16 channels, growth 32 from ", caplog.text)
+    said = load_described_generator(path)[1]
+    assert re.fullmatch(r"RRDBNet \(.*layout.*\), x4, 2 blocks, 16 channels, growth 32 from .*model\.\w+", said)
 
 
 @pytest.mark.parametrize("scale", [2, 1])
@@ -443,3 +443,12 @@ def test_which_keys_were_given_is_recorded_and_is_no_setting():
     assert "model.blocks" not in config.given_keys
     with pytest.raises(SrganError, match="unknown key given_keys"):
         load_config("demo", ["given_keys=[model.blocks]"])
+
+
+def test_evaluate_and_compare_say_what_they_recognised_first(srgan, photo, tmp_path):
+    model = tmp_path / "RealESRGAN_x4plus.pth"
+    torch.save({"params_ema": basicsr_rrdbnet(4, 1, 8)}, model)
+    for args in (("evaluate", photo, "-k", model), ("compare", model, photo, "-o", tmp_path / "cmp.png")):
+        result = srgan(*args)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.splitlines()[0].startswith("model: RRDBNet (BasicSR/Real-ESRGAN layout), x4, 1 blocks")
