@@ -350,6 +350,11 @@ def test_srgan_train_fine_tunes_a_basicsr_file_for_two_steps(srgan, photo_dir, t
 
     state = load_checkpoint(tmp_path / "run")
     assert state["step"] == 2 and state["config"]["model"]["blocks"] == 1 and state["config"]["model"]["growth"] == 4
+    # a resume reads no init file (its checkpoint wins): the file may be gone
+    (tmp_path / "g.pth").unlink()
+    resumed = srgan("train", "--resume", tmp_path / "run", "--set", "train.max_steps=3")
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_checkpoint(tmp_path / "run")["step"] == 3
 
 
 @pytest.mark.parametrize(
