@@ -6,6 +6,7 @@ downscaling; PSNR/SSIM on Y with `scale` px shaved, the learned ones on RGB)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def evaluate_folders(
     generator: SRGenerator,
     runtime: Runtime,
     folders: list[Path],
-    metrics: list[str] | tuple[str, ...] = ("psnr", "ssim"),
+    metrics: Sequence[str] = ("psnr", "ssim"),
     scores: ImageScores | None = None,
 ) -> dict:
     """Scores per image and their means, overall and (for several folders)

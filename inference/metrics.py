@@ -7,6 +7,7 @@ border, from 8-bit images (SR rounded as when it is saved). SSIM uses an
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +69,16 @@ def ssim_y(sr8: torch.Tensor, hr8: torch.Tensor, border: int) -> float:
 LOWER_IS_BETTER = frozenset(BACKBONES)  # the learned distances; PSNR and SSIM: higher is better
 
 
+def worst_score(metric: str) -> float:
+    """What any first score beats: the start of a best-so-far."""
+    return math.inf if metric in LOWER_IS_BETTER else -math.inf
+
+
+def better(metric: str, value: float, best: float) -> bool:
+    """Whether `value` beats `best` for `metric` (lower is better for the learned ones)."""
+    return value < best if metric in LOWER_IS_BETTER else value > best
+
+
 def parse_metric_names(text: str, key: str) -> list[str]:
     """`psnr,ssim,lpips` -> the names, each known, in the order given."""
     names = [name.strip() for name in text.split(",") if name.strip()]
@@ -84,7 +95,7 @@ class ImageScores:
     ones load their networks here, before any work (SrganError naming the
     missing file); `key` names the option that chose them."""
 
-    def __init__(self, names: list[str] | tuple[str, ...], device: torch.device, key: str):
+    def __init__(self, names: Sequence[str], device: torch.device, key: str):
         self.names = tuple(names)
         self.learned = {name: LearnedMetric(name, device, key) for name in self.names if name in BACKBONES}
 
