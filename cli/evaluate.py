@@ -35,7 +35,7 @@ def compare(
     """Write bicubic | SR | original side by side for one photo, each panel with its scores."""
     from srgan.configs import SrganError
     from srgan.files import check_output
-    from srgan.inference.compare import compare_picture, score_label
+    from srgan.inference.compare import compare_picture
     from srgan.inference.metrics import CONVENTION, ImageScores, parse_metric_names
 
     if output.suffix.lower() != ".png":
@@ -46,11 +46,15 @@ def compare(
     scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
     generator = generator_from_option(checkpoint, runtime)
     result = compare_picture(generator, runtime, image, output, force, scores)
-    convention = f" (PSNR/SSIM: {CONVENTION.format(scale=generator.scale)})" if {"psnr", "ssim"} & set(names) else ""
-    typer.echo(
-        f"{output}: bicubic | SR | original; bicubic {score_label(result['bicubic'])}, "
-        f"SR {score_label(result['sr'])}{convention}"
-    )
+    shown = []
+    for name in names:
+        bicubic, sr = result["bicubic"][name], result["sr"][name]
+        if name == "psnr":
+            shown.append(f"PSNR bicubic {bicubic:.2f} dB, SR {sr:.2f} dB")
+        else:
+            shown.append(f"{name.upper().replace('_', '-')} bicubic {bicubic:.4f}, SR {sr:.4f}")
+    convention = f" ({CONVENTION.format(scale=generator.scale)})" if {"psnr", "ssim"} & set(names) else ""
+    typer.echo(f"{output}: bicubic | SR | original; {'; '.join(shown)}{convention}")
 
 
 def evaluate(

@@ -142,7 +142,7 @@ def test_evaluate_reports_learned_metrics_per_image_and_in_json(cached_weights, 
     picture = tmp_path / "cmp.png"
     result = run_cli("compare", checkpoint, folder / "crop.png", "-o", picture, "--metrics", "lpips")
     assert result.returncode == 0 and picture.is_file(), result.stderr
-    assert f"bicubic LPIPS {crop['bicubic']['lpips']:.4f}" in result.stdout
+    assert f"LPIPS bicubic {crop['bicubic']['lpips']:.4f}, SR {crop['sr']['lpips']:.4f}" in result.stdout
 
 
 def test_unknown_metric_names_are_refused_listing_the_valid_ones(tmp_path):
