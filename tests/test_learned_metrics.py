@@ -140,7 +140,9 @@ def test_evaluate_reports_learned_metrics_per_image_and_in_json(cached_weights, 
     assert scores["mean"]["sr"]["lpips"] == pytest.approx(mean)
     # compare labels each panel with the chosen metrics
     picture = tmp_path / "cmp.png"
-    result = run_cli("compare", checkpoint, folder / "crop.png", "-o", picture, "--metrics", "lpips")
+    result = run_cli(
+        "compare", checkpoint, folder / "crop.png", "-o", picture, "--metrics", "lpips", "--precision", "fp32"
+    )
     assert result.returncode == 0 and picture.is_file(), result.stderr
     assert f"LPIPS bicubic {crop['bicubic']['lpips']:.4f}, SR {crop['sr']['lpips']:.4f}" in result.stdout
 
