@@ -192,6 +192,40 @@ def data(
     )
 
 
+@bench_app.command("metrics")
+def metrics(
+    config: Annotated[str | None, typer.Option("--config", "-c", help=CONFIG_HELP)] = "demo",
+    overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
+    extra: Annotated[
+        str, typer.Option("--metrics", help="The metrics to time beside PSNR/SSIM, comma-separated.")
+    ] = "lpips,lpips_vgg,dists",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
+) -> None:
+    """Validation seconds an image with PSNR/SSIM alone and with each learned metric added (needs their weights)."""
+    from srgan.configs import load_config
+    from srgan.inference.metrics import parse_metric_names
+
+    names = [n for n in parse_metric_names(extra, "--metrics") if n not in ("psnr", "ssim")]
+    resolved = load_config(config, overrides or [])
+    from srgan.bench.metrics import bench_metrics
+
+    result = bench_metrics(resolved, names)
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    first = result["rows"][0]
+    where = result["machine"]
+    typer.echo(
+        f"validation of {first['images']} images of data.val, fp32, {where['threads']} threads, "
+        f"{' '.join(where['cpu_flags'])}{', ' + where['gpu'] if 'gpu' in where else ''}"
+    )
+    for row in result["rows"]:
+        typer.echo(
+            f"{'+'.join(row['metrics']):<22} {row['s_per_image'] * 1000:8.1f} ms an image  x{row['ratio']:.2f}  "
+            f"(networks loaded in {row['load_s']:.1f} s)"
+        )
+
+
 @bench_app.command("photos")
 def photos(
     folder: Annotated[Path, typer.Argument(help="Where to write them.")],

@@ -10,6 +10,11 @@ import typer
 
 from srgan.cli.common import DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
 
+METRICS_HELP = (
+    "Comma-separated: psnr, ssim (Y channel), lpips (AlexNet), lpips_vgg, dists (RGB, lower is better; "
+    "these need the metrics extra and torchvision's ImageNet weights in TORCH_HOME/hub/checkpoints)."
+)
+
 
 def compare(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint file or a run folder.")],
@@ -25,23 +30,31 @@ def compare(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output.")] = False,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
+    metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr",
 ) -> None:
-    """Write bicubic | SR | original side by side for one photo, with their PSNRs."""
+    """Write bicubic | SR | original side by side for one photo, each panel with its scores."""
     from srgan.configs import SrganError
     from srgan.files import check_output
     from srgan.inference.compare import compare_picture
-    from srgan.inference.metrics import CONVENTION
+    from srgan.inference.metrics import CONVENTION, ImageScores, parse_metric_names
 
     if output.suffix.lower() != ".png":
         raise SrganError(f"-o {output}: expected a file name ending in .png")
+    names = parse_metric_names(metrics, "--metrics")
     check_output(output, force, inputs=(image,))  # before loading anything
     runtime = runtime_from_options(device, precision)
+    scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
     generator, model = generator_from_option(checkpoint, runtime)
-    scores = compare_picture(generator, runtime, image, output, force, model)
-    typer.echo(
-        f"{output}: bicubic | SR | original; PSNR bicubic {scores['bicubic_psnr']:.2f} dB, "
-        f"SR {scores['sr_psnr']:.2f} dB ({CONVENTION.format(scale=generator.scale)})"
-    )
+    result = compare_picture(generator, runtime, image, output, force, scores, model=model)
+    shown = []
+    for name in names:
+        bicubic, sr = result["bicubic"][name], result["sr"][name]
+        if name == "psnr":
+            shown.append(f"PSNR bicubic {bicubic:.2f} dB, SR {sr:.2f} dB")
+        else:
+            shown.append(f"{name.upper().replace('_', '-')} bicubic {bicubic:.4f}, SR {sr:.4f}")
+    convention = f" ({CONVENTION.format(scale=generator.scale)})" if {"psnr", "ssim"} & set(names) else ""
+    typer.echo(f"{output}: bicubic | SR | original; {'; '.join(shown)}{convention}")
 
 
 def evaluate(
@@ -53,16 +66,20 @@ def evaluate(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")] = False,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP + " Default fp32: figures to quote.")] = "fp32",
+    metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr,ssim",
 ) -> None:
-    """PSNR/SSIM of SR and of bicubic per image and on average, as the literature computes them."""
+    """PSNR/SSIM (and LPIPS, DISTS) of SR and of bicubic per image and on average, as the literature computes them."""
     from srgan.files import check_output, write_text
     from srgan.inference.evaluate import evaluate_folders, format_table
+    from srgan.inference.metrics import ImageScores, parse_metric_names
 
+    names = parse_metric_names(metrics, "--metrics")
     if json_path is not None:
         check_output(json_path, force)  # before the work, not after it
     runtime = runtime_from_options(device, precision)
+    scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
     generator, model = generator_from_option(checkpoint, runtime)
-    result = evaluate_folders(generator, runtime, folders, model)
+    result = evaluate_folders(generator, runtime, folders, scores=scores, model=model)
     typer.echo(format_table(result))
     if json_path is not None:
         write_text(json_path, json.dumps(result, indent=2) + "\n", overwrite=force)

@@ -39,15 +39,26 @@ def plot(
         bool,
         typer.Option(
             "--psnr-only",
-            help="Only the validation PSNR panel, larger (learning curves compared, as in docs/quality.md).",
+            help="Only the validation panel (--metric), larger (learning curves compared, as in docs/quality.md).",
         ),
     ] = False,
+    metric: Annotated[
+        str,
+        typer.Option(
+            "--metric",
+            help="The validation metric drawn: psnr, ssim, lpips, lpips_vgg or dists (those the runs validated with).",
+        ),
+    ] = "psnr",
 ) -> None:
-    """Validation PSNR, g_loss, d_loss, d_score and g_score against step, one colour a run,
+    """Validation PSNR (or --metric), g_loss, d_loss, d_score and g_score against step, one colour a run,
     the legend naming the settings in which the runs differ (needs matplotlib)."""
     from srgan.configs import Config, SrganError
+    from srgan.inference.metrics import parse_metric_names
     from srgan.training.logs import read_run_logs
     from srgan.training.runs import find_runs, read_run_config, run_labels
+
+    if len(parse_metric_names(metric, "--metric")) != 1:
+        raise SrganError(f"--metric {metric}: expected one metric")
 
     def is_run(folder: Path) -> bool:  # whatever its metrics.jsonl is: a FIFO in its place is a broken run, said so
         return os.path.lexists(folder / "metrics.jsonl")
@@ -98,7 +109,13 @@ def plot(
         out = output or drawn[0] / "curves.png"
         typer.echo(
             draw_curves(
-                drawn, out, overwrite=output is None or force, labels=labels, psnr_only=psnr_only, series=series
+                drawn,
+                out,
+                overwrite=output is None or force,
+                labels=labels,
+                psnr_only=psnr_only,
+                series=series,
+                metric=metric,
             )
         )
     except ImportError:

@@ -466,6 +466,15 @@ def _check_values(c: Config, origin: str) -> None:
         c.data.crop_size,
     )
     need(c.data.batch_size >= 1, "data.batch_size", "at least 1", c.data.batch_size)
+    metrics = c.train.val_metrics
+    need(
+        bool(metrics) and len(set(metrics)) == len(metrics), "train.val_metrics", "a list of distinct metrics", metrics
+    )
+    if c.train.best_by not in metrics:
+        raise SrganError(
+            f"{origin}: train.best_by: {c.train.best_by} is not among train.val_metrics ({', '.join(metrics)}): "
+            "add it there or pick one of those"
+        )
     need(c.data.workers >= 0, "data.workers", "0 or more", c.data.workers)
     need(c.data.repeat >= 1, "data.repeat", "at least 1", c.data.repeat)
     need(c.data.cache_mb >= 0, "data.cache_mb", "0 (never) or more MB", c.data.cache_mb)

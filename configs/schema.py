@@ -5,7 +5,7 @@ document against these dataclasses once; the rest of the program trusts them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 
 @dataclass
@@ -145,6 +145,12 @@ class LrSchedule:
     warmup_steps: int = 0
 
 
+# Image quality metrics (inference/metrics.py): PSNR and SSIM on Y; LPIPS (AlexNet;
+# lpips_vgg: VGG16) and DISTS, learned distances on RGB that need ImageNet weights.
+MetricName = Literal["psnr", "ssim", "lpips", "lpips_vgg", "dists"]
+METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
+
+
 @dataclass
 class TrainConfig:
     epochs: int = 100
@@ -174,6 +180,11 @@ class TrainConfig:
     deterministic: bool = True
     log_every: int = 10  # steps between logged rows (and progress-bar updates)
     val_every: int = 0  # steps between validations; 0 = at the end of every epoch
+    # What validation scores; lpips, lpips_vgg and dists need ImageNet weights (README "Reading the numbers").
+    val_metrics: list[MetricName] = field(default_factory=lambda: ["psnr", "ssim"])
+    best_by: MetricName = (
+        "psnr"  # the val_metrics entry that picks checkpoints/best.pt (lower is better for learned ones)
+    )
     save_every: int = 0  # steps between writes of checkpoints/last.pt; 0 = at epoch ends only
     checkpoint_every: int = 1  # epochs between kept checkpoints/epoch_NNN.pt
     # Exponential moving average of the generator's weights (BasicSR's

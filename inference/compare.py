@@ -14,7 +14,7 @@ from srgan.configs.errors import SrganError, first_line
 from srgan.data import bicubic_downscale, load_rgb8
 from srgan.files import check_output
 from srgan.inference.imageio import write_png
-from srgan.inference.metrics import psnr_y
+from srgan.inference.metrics import ImageScores
 from srgan.inference.upscale import upscale_rgb8
 from srgan.models import Runtime, SRGenerator
 
@@ -44,12 +44,20 @@ def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
 
 
 def compare_picture(
-    generator: SRGenerator, runtime: Runtime, image_path: Path, out_path: Path, force: bool = False, model: str = ""
-) -> dict[str, float]:
-    """Write bicubic | SR | original for one HR photo; returns their Y-channel
-    PSNRs. `model`, what the checkpoint was recognised as, is said once the
-    photo is checked."""
+    generator: SRGenerator,
+    runtime: Runtime,
+    image_path: Path,
+    out_path: Path,
+    force: bool = False,
+    scores: ImageScores | None = None,
+    model: str = "",
+) -> dict[str, dict[str, float]]:
+    """Write bicubic | SR | original for one HR photo, each panel labelled
+    with its `scores` (default: Y-channel PSNR); returns them, by panel.
+    `model`, what the checkpoint was recognised as, is said once the photo
+    is checked."""
     check_output(out_path, force, inputs=(image_path,))  # before the work
+    scores = scores or ImageScores(["psnr"], runtime.device, "--metrics")
     try:
         hr = mod_crop(load_rgb8(image_path), generator.scale)
     except SrganError:
@@ -69,14 +77,22 @@ def compare_picture(
         return torch.from_numpy(np.array(a)).permute(2, 0, 1)
 
     border = generator.scale
-    scores = {"bicubic_psnr": psnr_y(chw(bicubic), chw(hr), border), "sr_psnr": psnr_y(chw(sr), chw(hr), border)}
+    result = {"bicubic": scores(chw(bicubic), chw(hr), border), "sr": scores(chw(sr), chw(hr), border)}
     panels = [
-        labelled(bicubic, f"bicubic {scores['bicubic_psnr']:.2f} dB"),
-        labelled(sr, f"SR {scores['sr_psnr']:.2f} dB"),
+        labelled(bicubic, f"bicubic {score_label(result['bicubic'])}"),
+        labelled(sr, f"SR {score_label(result['sr'])}"),
         labelled(hr, "original"),
     ]
     write_png(side_by_side(panels), out_path, overwrite=force, inputs=(image_path,))
-    return scores
+    return result
+
+
+def score_label(scores: dict[str, float]) -> str:
+    """`28.43 dB, SSIM 0.8104, LPIPS 0.2311`: a panel's scores, PSNR first in dB."""
+    parts = []
+    for name, value in scores.items():
+        parts.append(f"{value:.2f} dB" if name == "psnr" else f"{name.upper().replace('_', '-')} {value:.4f}")
+    return ", ".join(parts)
 
 
 def labelled(panel: np.ndarray, label: str) -> np.ndarray:

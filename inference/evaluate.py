@@ -1,10 +1,12 @@
-"""`srgan evaluate`: PSNR/SSIM of SR and of bicubic on folders of HR images (or single ones),
-in the literature's convention (the HR cropped to a multiple of the scale,
-its LR made by bicubic downscaling, Y channel, `scale` px shaved)."""
+"""`srgan evaluate`: PSNR/SSIM (and LPIPS, DISTS when asked) of SR and of
+bicubic on folders of HR images (or single ones), in the literature's
+convention (the HR cropped to a multiple of the scale, its LR made by bicubic
+downscaling; PSNR/SSIM on Y with `scale` px shaved, the learned ones on RGB)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from srgan.configs.errors import SrganError, first_line
 from srgan.data import bicubic_downscale, find_images, load_rgb8
 from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.inference.compare import bicubic_upscale, mod_crop
-from srgan.inference.metrics import CONVENTION, psnr_y, ssim_y
+from srgan.inference.metrics import CONVENTION, LOWER_IS_BETTER, ImageScores
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
 
@@ -28,20 +30,30 @@ def _chw(image: np.ndarray) -> torch.Tensor:
 
 def _means(images: list[dict]) -> dict:
     mean: dict[str, Any] = {
-        kind: {metric: float(np.mean([im[kind][metric] for im in images])) for metric in ("psnr", "ssim")}
+        kind: {metric: float(np.mean([im[kind][metric] for im in images])) for metric in images[0][kind]}
         for kind in ("sr", "bicubic")
     }
-    mean["gain_psnr"] = mean["sr"]["psnr"] - mean["bicubic"]["psnr"]
+    if "psnr" in mean["sr"]:
+        mean["gain_psnr"] = mean["sr"]["psnr"] - mean["bicubic"]["psnr"]
     return mean
 
 
-def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Path], model: str = "") -> dict:
+def evaluate_folders(
+    generator: SRGenerator,
+    runtime: Runtime,
+    folders: list[Path],
+    metrics: Sequence[str] = ("psnr", "ssim"),
+    scores: ImageScores | None = None,
+    model: str = "",
+) -> dict:
     """Scores per image and their means, overall and (for several folders)
     per folder, as the literature reports Set5 and Set14 apart; one image
     in memory at a time. An image file among `folders` is scored alone
-    (it counts in the overall mean and has no folder mean). `model`, what the
-    checkpoint was recognised as, is said once the folders are checked."""
+    (it counts in the overall mean and has no folder mean). `scores`: the
+    metrics already loaded (the CLI loads them before the generator). `model`,
+    what the checkpoint was recognised as, is said once the folders are checked."""
     scale = generator.scale
+    scores = scores or ImageScores(metrics, runtime.device, "--metrics")
     paths: list[tuple[int, Path]] = []  # (index of its folder, image)
     for index, folder in enumerate(folders):
         if folder.is_dir():
@@ -79,11 +91,12 @@ def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Pat
         images.append(
             {
                 "name": path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}",
-                "sr": {"psnr": psnr_y(sr, hr8, scale), "ssim": ssim_y(sr, hr8, scale)},
-                "bicubic": {"psnr": psnr_y(bicubic, hr8, scale), "ssim": ssim_y(bicubic, hr8, scale)},
+                "sr": scores(sr, hr8, scale),
+                "bicubic": scores(bicubic, hr8, scale),
             }
         )
-        images[-1]["gain_psnr"] = images[-1]["sr"]["psnr"] - images[-1]["bicubic"]["psnr"]
+        if "psnr" in scores.names:
+            images[-1]["gain_psnr"] = images[-1]["sr"]["psnr"] - images[-1]["bicubic"]["psnr"]
         folder_of.append(index)
     if not images:
         raise SrganError(f"{', '.join(str(f) for f in folders)}: no image that decodes and is large enough to evaluate")
@@ -97,6 +110,7 @@ def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Pat
                 )
     return {
         "scale": scale,
+        "metrics": list(scores.names),
         "convention": CONVENTION.format(scale=scale),
         "images": images,
         "mean": _means(images),
@@ -106,27 +120,48 @@ def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Pat
 
 
 def format_table(result: dict) -> str:
-    """Per image and on average: SR and bicubic, and SR's gain over bicubic
-    in PSNR (dB; negative where the model does worse than bicubic)."""
+    """Per image and on average: SR and bicubic for each metric, and SR's
+    gain over bicubic in PSNR (dB; negative where the model does worse)."""
+    metrics = result.get("metrics", ["psnr", "ssim"])
     folder_means = [{**f, "name": f"{f['name']} mean"} for f in result.get("folders", [])]
     width = max(12, *(len(_one_line(im["name"])) for im in [*result["images"], *folder_means]))
+    header = f"{'image':<{width}}  " + " ".join(f"{'SR ' + m:>{_width(m)}}" for m in metrics)
+    header += "  " + " ".join(f"{'bicubic ' + m:>{_width(m, 8)}}" for m in metrics)
+    gain = "psnr" in metrics
+    if gain:
+        header += f"  {'gain dB':>7}"
+    lower = [m for m in metrics if m in LOWER_IS_BETTER]
     lines = [
-        f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}",
-        f"{'image':<{width}}  {'SR psnr':>8} {'SR ssim':>8}  {'bicubic psnr':>12} {'bicubic ssim':>12}  {'gain dB':>7}",
+        f"x{result['scale']}, {' / '.join(_TITLES[m] for m in metrics)}"
+        + (f" on the {result['convention']}" if {"psnr", "ssim"} & set(metrics) else "")
+        + (f"; {', '.join(lower)}: on RGB, the whole image, lower is better" if lower else ""),
+        header,
     ]
     rows = [*result["images"], None, *folder_means, {"name": "mean", **result["mean"]}]
     for im in rows:
         if im is None:
             lines.append("-" * len(lines[1]))
             continue
-        lines.append(
-            f"{_one_line(im['name']):<{width}}  {im['sr']['psnr']:8.2f} {im['sr']['ssim']:8.4f}  "
-            f"{im['bicubic']['psnr']:12.2f} {im['bicubic']['ssim']:12.4f}  "
-            f"{im['gain_psnr']:+7.2f}"
+        line = f"{_one_line(im['name']):<{width}}  " + " ".join(
+            f"{im['sr'][m]:{_width(m)}{_FORMATS[m]}}" for m in metrics
         )
-    worst = min(result["images"], key=lambda im: im["gain_psnr"])
-    lines.append(f"worst gain: {_one_line(worst['name'])} {worst['gain_psnr']:+.2f} dB")
+        line += "  " + " ".join(f"{im['bicubic'][m]:{_width(m, 8)}{_FORMATS[m]}}" for m in metrics)
+        if gain:
+            line += f"  {im['gain_psnr']:+7.2f}"
+        lines.append(line)
+    if gain:
+        worst = min(result["images"], key=lambda im: im["gain_psnr"])
+        lines.append(f"worst gain: {_one_line(worst['name'])} {worst['gain_psnr']:+.2f} dB")
     return "\n".join(lines)
+
+
+_TITLES = {"psnr": "PSNR (dB)", "ssim": "SSIM", "lpips": "LPIPS", "lpips_vgg": "LPIPS-VGG", "dists": "DISTS"}
+_FORMATS = {"psnr": ".2f", "ssim": ".4f", "lpips": ".4f", "lpips_vgg": ".4f", "dists": ".4f"}
+
+
+def _width(metric: str, prefix: int = 3) -> int:
+    """A column wide enough for its header ('SR lpips', 'bicubic psnr') and its numbers."""
+    return max(8, prefix + len(metric))
 
 
 def _one_line(name: str) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from srgan.configs import Config, SrganError, config_from_dict, first_line
-from srgan.configs.schema import ARCH_KEYS, ModelConfig
+from srgan.configs.schema import ARCH_KEYS, METRIC_NAMES, ModelConfig
 from srgan.files import looks_like_safetensors, parse_json, read_safetensors_file, read_torch_file, write_file
 from srgan.models.build import SRGenerator, build_generator
 from srgan.models.community import (
@@ -241,18 +241,23 @@ def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> No
             value = state.get(key, least)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise SrganError(f"{origin}: {key}: expected an integer of at least {least}, got {value!r}")
-        for key in ("best_psnr", "wall_seconds"):
+        for key in ("best_psnr", "best_value", "wall_seconds"):  # best_psnr: checkpoints from before best_by
             if isinstance(state.get(key), bool) or not isinstance(state.get(key, 0.0), (int, float)):
                 raise SrganError(f"{origin}: {key}: expected a number, got {state[key]!r}")
+        if state.get("best_by", "psnr") not in METRIC_NAMES:
+            raise SrganError(f"{origin}: best_by: expected one of {', '.join(METRIC_NAMES)}, got {state['best_by']!r}")
         if not isinstance(state.get("scaler", {}), dict):
             raise SrganError(f"{origin}: scaler: expected a mapping")
         last = state.get("last_validation", {})
         if last and not (
             isinstance(last, dict)
             and isinstance(last.get("step"), int)
-            and all(isinstance(last.get(k), (int, float)) for k in ("psnr", "ssim", "best"))
+            and isinstance(last.get("best"), (int, float))
+            and all(
+                k in METRIC_NAMES and isinstance(v, (int, float)) for k, v in last.items() if k not in ("step", "best")
+            )
         ):
-            raise SrganError(f"{origin}: last_validation: expected step, psnr, ssim and best")
+            raise SrganError(f"{origin}: last_validation: expected step, best and the metrics' numbers")
         check_metric_state(state.get("metrics", {}), f"{origin}: metrics")
         if "rng" in state:
             check_rng_state(state["rng"], f"{origin}: rng")

@@ -38,7 +38,7 @@ def test_validation_writes_scores_best_checkpoint_and_pictures(photo_dir, val_di
     best = load_checkpoint(run / "checkpoints" / "best.pt")
     best_row = max(validation, key=lambda v: float(v["psnr"]))
     assert best["step"] == int(best_row["step"])
-    assert best["best_psnr"] == pytest.approx(float(best_row["psnr"]), abs=1e-3)
+    assert best["best_by"] == "psnr" and best["best_value"] == pytest.approx(float(best_row["psnr"]), abs=1e-3)
     from PIL import Image
 
     sheet = Image.open(run / "samples" / "epoch_002.png")

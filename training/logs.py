@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,15 @@ log = logging.getLogger("srgan")
 LOSS_TERMS = ("image", "adversarial", "perceptual", "tv")
 EPOCH_COLUMNS = ("epoch", "step", "d_loss", "g_loss", "d_score", "g_score", *LOSS_TERMS, "psnr", "ssim", "seconds")
 VALIDATION_COLUMNS = ("epoch", "step", "psnr", "ssim", "bicubic_psnr", "bicubic_ssim")
+LEARNED_METRICS = ("lpips", "lpips_vgg", "dists")  # each chosen one adds its column and bicubic's, in this order
+
+
+def validation_columns(val_metrics: Sequence[str]) -> tuple[str, ...]:
+    """validation.csv's header: PSNR/SSIM always (empty when not chosen), then the chosen learned metrics."""
+    learned = [name for name in LEARNED_METRICS if name in val_metrics]
+    return VALIDATION_COLUMNS + tuple(column for name in learned for column in (name, f"bicubic_{name}"))
+
+
 # A row every `log_every` steps is a few hundred bytes: a million rows. A
 # file larger than this is no log srgan wrote (a sparse file, a copy gone
 # wrong), and reading it whole would take the memory of several times its size.
@@ -52,10 +62,12 @@ class MetricLog:
         write: bool = True,
         reduce=lambda values: values,
         extra: dict | None = None,
+        val_metrics: Sequence[str] = ("psnr", "ssim"),
     ):
         self.jsonl_path = run_dir / "metrics.jsonl"
         self.csv_path = run_dir / "epochs.csv"
         self.validation_path = run_dir / "validation.csv"
+        self.validation_columns = validation_columns(val_metrics)
         self.tensorboard = tensorboard
         self.write, self.reduce, self.extra = write, reduce, dict(extra or {})
         self._pending: list[tuple[int, dict[str, torch.Tensor]]] = []
@@ -108,9 +120,10 @@ class MetricLog:
 
     def validation(self, row: dict[str, float]) -> None:
         if self.write:
-            _append_csv(self.validation_path, VALIDATION_COLUMNS, row)
+            _append_csv(self.validation_path, self.validation_columns, row)
         if self.tensorboard:
-            self.tensorboard.scalars("val", {k: row[k] for k in ("psnr", "ssim")}, int(row["step"]))
+            scores = {k: v for k, v in row.items() if k not in ("epoch", "step") and not k.startswith("bicubic_")}
+            self.tensorboard.scalars("val", scores, int(row["step"]))
 
     # What a checkpoint keeps so that a resumed epoch's means cover the whole epoch.
     def state(self) -> dict:
@@ -130,7 +143,7 @@ class MetricLog:
         # All three read (and their damage found) before any is rewritten.
         rows = read_jsonl(self.jsonl_path) if self.jsonl_path.exists() else None
         epochs = read_csv(self.csv_path, EPOCH_COLUMNS) if self.csv_path.exists() else None
-        validations = read_csv(self.validation_path, VALIDATION_COLUMNS) if self.validation_path.exists() else None
+        validations = read_validation_csv(self.validation_path) if self.validation_path.exists() else None
         if rows is not None:
             kept = [row for row in rows if row["step"] <= step]
             write_text(self.jsonl_path, "".join(json.dumps(row) + "\n" for row in kept), overwrite=True)
@@ -141,9 +154,10 @@ class MetricLog:
                 [row for row in epochs if int(row["epoch"]) < keep_epochs_before and int(row["step"]) <= step],
             )
         if validations is not None:
+            # in this run's columns: a resume that changed train.val_metrics leaves the old rows' others empty
             _write_csv(
                 self.validation_path,
-                VALIDATION_COLUMNS,
+                self.validation_columns,
                 [row for row in validations if int(row["step"]) < step or (validated and int(row["step"]) == step)],
             )
 
@@ -223,8 +237,18 @@ def read_run_logs(run_dir: Path) -> tuple[list[dict], list[dict]]:
     metrics, validation = run_dir / "metrics.jsonl", run_dir / "validation.csv"
     return (
         read_jsonl(metrics) if metrics.exists() else [],
-        read_csv(validation, VALIDATION_COLUMNS) if validation.exists() else [],
+        read_validation_csv(validation) if validation.exists() else [],
     )
+
+
+def read_validation_csv(path: Path) -> list[dict]:
+    """validation.csv's rows, in whichever columns train.val_metrics gave it
+    (validation_columns); a learned metric it lacks reads as empty."""
+    first = read_regular_text(path, MAX_LOG_BYTES, "log").split("\n", 1)[0]
+    header = next(csv.reader([first]), [])
+    learned = [name for name in LEARNED_METRICS if name in header]
+    rows = read_csv(path, validation_columns(learned))  # refuses any other header, naming the file
+    return [{**{column: "" for column in validation_columns(LEARNED_METRICS)}, **row} for row in rows]
 
 
 def is_number(value) -> bool:
@@ -267,7 +291,7 @@ def _append_csv(path: Path, columns: tuple[str, ...], row: dict) -> None:
 
 def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     write_text(path, out.getvalue(), overwrite=True)

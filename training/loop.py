@@ -28,6 +28,7 @@ from srgan.configs.schema import TrainConfig
 from srgan.data import EpochSampler, TrainPairs, open_images
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
+from srgan.inference.metrics import ImageScores, better, worst_score
 from srgan.losses import GeneratorCriterion
 from srgan.models import (
     Runtime,
@@ -109,12 +110,14 @@ class Trainer:
 
         # Inputs first: a mistake in them must not touch a run folder.
         train_images = open_images(config.data.train, "data.train", config.data.crop_size, config.data.cache_mb)
-        self.val_images, self.bicubic = None, (float("nan"), float("nan"))
+        self.val_images, self.bicubic = None, dict[str, float]()
         if config.data.val:
             # the SSIM window (11 px) must fit once `scale` px are shaved from each border
             val_images = open_images(config.data.val, "data.val", 2 * config.model.scale + 11)
+            # the learned metrics' weights: a missing file stops the run here, before any work
+            self.scores = ImageScores(t.val_metrics, self.runtime.device, "train.val_metrics")
             self.val_images, self.bicubic = checked_validation_set(
-                val_images, config.model.scale, config.data.val_max_size
+                val_images, config.model.scale, config.data.val_max_size, self.scores
             )
         self.dataset = TrainPairs(train_images, config.data.crop_size, config.model.scale, config.data.repeat, t.seed)
         self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed, world.rank, world.size)
@@ -143,7 +146,11 @@ class Trainer:
         try:
             self.progress = self.restore_or_start(started)
             self.metrics = MetricLog(
-                self.folder.path, write=world.is_main, reduce=world.mean, extra={"world_size": world.size}
+                self.folder.path,
+                write=world.is_main,
+                reduce=world.mean,
+                extra={"world_size": world.size},
+                val_metrics=t.val_metrics,
             )
             if started:
                 self.resume_logs()
@@ -188,10 +195,12 @@ class Trainer:
         )
         if self.val_images is not None:
             log.info(
-                "validation: %d images; bicubic PSNR %.2f dB, SSIM %.4f (Y channel, %d px border shaved)",
+                "validation: %d images; bicubic %s (PSNR/SSIM: Y channel, %d px border shaved; "
+                "LPIPS/DISTS: RGB, lower is better); best.pt by %s",
                 len(self.val_images),
-                *self.bicubic,
+                describe_scores(self.bicubic),
                 config.model.scale,
+                t.best_by,
             )
 
     # ---- setup ------------------------------------------------------------------
@@ -204,11 +213,11 @@ class Trainer:
                 start_from(self.init, self.parts.generator, self.parts.discriminator)
                 if self.ema is not None:
                     self.ema.model.load_state_dict(self.parts.generator.state_dict())
-            return Progress()
+            return Progress(best_by=self.config.train.best_by, best_value=worst_score(self.config.train.best_by))
         state = load_checkpoint(self.folder.last)
         check_same_architecture(state["config"], self.config, str(self.folder.last))
         self.changes = changed_settings(state["config"], self.config)  # listed once the log file is open
-        return restore(state, self.parts, self.ema)
+        return restore(state, self.parts, self.ema, self.config.train.best_by)
 
     def resume_logs(self) -> None:
         p = self.progress
@@ -353,7 +362,7 @@ class Trainer:
         )
         summary = describe(p.epoch, self.epochs(), row)
         if scores:
-            summary += f" psnr {scores['psnr']:.2f} ssim {scores['ssim']:.4f}"
+            summary += " " + describe_scores({k: v for k, v in scores.items() if k not in ("step", "best")})
         log.info("%s (%.1f s)", summary, row["seconds"])
         p.closed_step = p.step
         self.checkpoint(best=bool(scores.get("best")), keep_epoch=complete and p.epoch % t.checkpoint_every == 0)
@@ -364,7 +373,7 @@ class Trainer:
                 )
                 if self.tensorboard:
                     self.tensorboard.image("samples", picture, p.step)
-            redraw_curves(self.folder.path)
+            redraw_curves(self.folder.path, t.best_by)
         if complete:
             p.epoch, p.epoch_keys = p.epoch + 1, 0
 
@@ -377,28 +386,25 @@ class Trainer:
         assert self.val_images is not None  # as validation_due() and end_epoch() check
         self.world.sync_buffers(self.parts.generator)  # the ranks' BatchNorm statistics, averaged
         # each rank scores its share of the images; the means are over all of them
-        sums = validate(
-            self.generator_to_score(), self.val_images, self.runtime, self.world.shard(len(self.val_images))
+        sums, count = validate(
+            self.generator_to_score(),
+            self.val_images,
+            self.runtime,
+            self.scores,
+            self.world.shard(len(self.val_images)),
         )
-        psnr_sum, ssim_sum, count = self.world.total(
-            torch.tensor(sums, dtype=torch.float64, device=self.runtime.device)
+        totals = self.world.total(
+            torch.tensor([*sums, count], dtype=torch.float64, device=self.runtime.device)
         ).tolist()
-        psnr, ssim = psnr_sum / count, ssim_sum / count
-        improved = psnr > p.best_psnr
+        means = {name: total / totals[-1] for name, total in zip(self.scores.names, totals, strict=False)}
+        best_by = self.config.train.best_by
+        improved = better(best_by, means[best_by], p.best_value)
         if improved:
-            p.best_psnr, p.best_step = psnr, p.step
-        self.metrics.validation(
-            {
-                "epoch": p.epoch,
-                "step": p.step,
-                "psnr": psnr,
-                "ssim": ssim,
-                "bicubic_psnr": self.bicubic[0],
-                "bicubic_ssim": self.bicubic[1],
-            }
-        )
+            p.best_value, p.best_step = means[best_by], p.step
+        bicubic = {f"bicubic_{name}": value for name, value in self.bicubic.items()}
+        self.metrics.validation({"epoch": p.epoch, "step": p.step, **means, **bicubic})
         p.validated_step = p.step
-        p.last_validation = {"step": p.step, "psnr": psnr, "ssim": ssim, "best": improved}
+        p.last_validation = {"step": p.step, **means, "best": improved}
 
     def validate_and_checkpoint(self) -> None:
         self.checkpoint()  # first: a crash in validation loses nothing
@@ -592,14 +598,21 @@ def set_learning_rates(parts: TrainingParts, t: TrainConfig, step: int) -> None:
 _curves_warned = False
 
 
-def redraw_curves(run_dir: Path) -> None:
+def redraw_curves(run_dir: Path, metric: str = "psnr") -> None:
     global _curves_warned
     try:
-        draw_curves([run_dir], run_dir / "curves.png")
+        draw_curves([run_dir], run_dir / "curves.png", metric=metric)
     except ImportError:
         if not _curves_warned:
             log.warning("curves.png needs matplotlib: pip install 'srgan[plot]'")
             _curves_warned = True
+
+
+def describe_scores(scores: dict[str, float]) -> str:
+    """`psnr 28.12 ssim 0.7812 lpips 0.2345`: a validation's means, for the log."""
+    return " ".join(
+        f"{name} {value:.2f}" if name == "psnr" else f"{name} {value:.4f}" for name, value in scores.items()
+    )
 
 
 def seed_everything(seed: int) -> None:

@@ -18,6 +18,13 @@ from srgan.training.logs import is_number, read_run_logs
 from srgan.training.validation import bicubic_upscale
 
 SAMPLE_COUNT = 4
+VALIDATION_TITLES = {
+    "psnr": "validation PSNR (dB, Y channel)",
+    "ssim": "validation SSIM (Y channel)",
+    "lpips": "validation LPIPS (AlexNet; lower is better)",
+    "lpips_vgg": "validation LPIPS (VGG; lower is better)",
+    "dists": "validation DISTS (lower is better)",
+}
 SAMPLE_LR_SIDE = 32  # LR pixels a side of each sample crop
 
 
@@ -67,12 +74,14 @@ def draw_curves(
     labels: list[str] | None = None,
     psnr_only: bool = False,
     series: list[tuple[list[dict], list[dict]]] | None = None,
+    metric: str = "psnr",
 ) -> Path:
     """Validation PSNR, g_loss, d_loss, d_score = D(x) and g_score = D(G(z))
     against step, one colour a run, from the runs' files (curves.png of a
     run, `srgan plot` of several); `psnr_only`: the PSNR panel alone, larger,
     for comparing learning curves; `series`: the runs' read_run_logs, when
-    the caller has read them. Raises ImportError without matplotlib."""
+    the caller has read them; `metric`: the validation metric of the first
+    panel (lpips, dists... from validation.csv). Raises ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -85,12 +94,12 @@ def draw_curves(
     series = series if series is not None else [read_run_logs(run) for run in runs]
     if psnr_only:
         fig, psnr_axes = plt.subplots(1, 2, figsize=(13, 5.5), constrained_layout=True, width_ratios=(3, 1))
-        panels = {"psnr": (psnr_axes[0], "validation PSNR (dB, Y channel)")}
+        panels = {"val": (psnr_axes[0], VALIDATION_TITLES[metric])}
         legend = psnr_axes[1]
     else:
         fig, axes = plt.subplots(2, 3, figsize=(16, 8.5), constrained_layout=True)
         panels = {
-            "psnr": (axes[0, 0], "validation PSNR (dB, Y channel)"),
+            "val": (axes[0, 0], VALIDATION_TITLES[metric]),
             "g_loss": (axes[0, 1], "g_loss (log scale)"),
             "d_loss": (axes[0, 2], "d_loss"),
             "d_score": (axes[1, 0], "d_score = D(x)"),
@@ -112,17 +121,17 @@ def draw_curves(
             points = [(r["step"], r[name]) for r in rows if is_number(r.get(name))]
             if points:
                 panels[name][0].plot(*zip(*points, strict=True), **style)
-        scored = [v for v in validation if v["psnr"] and v["bicubic_psnr"]]
+        scored = [v for v in validation if v.get(metric) and v.get(f"bicubic_{metric}")]
         if scored:
-            ax = panels["psnr"][0]
+            ax = panels["val"][0]
             ax.plot(
-                [int(v["step"]) for v in scored], [float(v["psnr"]) for v in scored], marker="o", markersize=3, **style
+                [int(v["step"]) for v in scored], [float(v[metric]) for v in scored], marker="o", markersize=3, **style
             )
-            bicubic = round(float(scored[0]["bicubic_psnr"]), 2)
+            bicubic = round(float(scored[0][f"bicubic_{metric}"]), 2 if metric == "psnr" else 4)
             if bicubic not in bicubic_drawn:
                 ax.axhline(bicubic, color="gray", linestyle="--", linewidth=1)
                 ax.annotate(
-                    f"bicubic {bicubic:.2f}",
+                    f"bicubic {bicubic:.2f}" if metric == "psnr" else f"bicubic {bicubic:.4f}",
                     (0, bicubic),
                     xycoords=("axes fraction", "data"),
                     xytext=(4, 3),

@@ -17,7 +17,7 @@ from srgan.configs import Config, SrganError, config_from_dict, config_to_dict, 
 from srgan.configs.loader import read_yaml_file
 from srgan.files import parse_json, read_regular_text
 from srgan.files.lock import holder_alive, read_holder
-from srgan.training.logs import is_number, read_run_logs
+from srgan.training.logs import LEARNED_METRICS, is_number, read_run_logs
 from srgan.training.run_folder import STATES, STATUS_NAME
 
 GAN_VALUES = ("d_loss", "g_loss", "d_score", "g_score")
@@ -109,6 +109,8 @@ def summarize(run: Path) -> dict:
         "last_ssim": None,
         "bicubic_psnr": None,
         "bicubic_ssim": None,
+        # the learned metrics (lower is better), for the runs that validated with them
+        **{f"{kind}_{name}": None for name in LEARNED_METRICS for kind in ("best", "last", "bicubic")},
         **{name: None for name in GAN_VALUES},
         "wall_seconds": None,
         "problem": None,
@@ -133,6 +135,17 @@ def summarize(run: Path) -> dict:
         if scored:
             # the last too: a GAN phase trades PSNR away after the best, which "best" alone would hide
             row.update(last_psnr=_number(scored[-1]["psnr"]), last_ssim=_number(scored[-1]["ssim"]))
+        for name in LEARNED_METRICS:
+            chosen = [v for v in validations if v[name] and math.isfinite(float(v[name]))]
+            if chosen:
+                least = min(chosen, key=lambda v: float(v[name]))
+                row.update(
+                    {
+                        f"best_{name}": _number(least[name]),
+                        f"last_{name}": _number(chosen[-1][name]),
+                        f"bicubic_{name}": _number(least[f"bicubic_{name}"]),
+                    }
+                )
         for name in GAN_VALUES:
             row[name] = next((value for r in reversed(rows) if (value := _float(r.get(name))) is not None), None)
         if row["step"] is None and rows:
@@ -262,6 +275,7 @@ def format_runs(rows: list[dict], root: Path | None = None) -> str:
         return "-" if value is None else format(value, fmt)
 
     keys = {key for r in rows for key in r["changes"]}
+    learned = [name for name in LEARNED_METRICS if any(r[f"best_{name}"] is not None for r in rows)]  # a column each
     last = [key.split(".")[-1] for key in keys]
     short = {key: key if last.count(key.split(".")[-1]) > 1 else key.split(".")[-1] for key in keys}
     table = [
@@ -272,6 +286,7 @@ def format_runs(rows: list[dict], root: Path | None = None) -> str:
             "state",
             "PSNR best / last / bicubic",
             "SSIM best / last / bicubic",
+            *(f"{name.upper().replace('_', '-')} best / last / bicubic" for name in learned),
             *GAN_VALUES,
             "wall",
             "settings that differ from the preset",
@@ -292,6 +307,10 @@ def format_runs(rows: list[dict], root: Path | None = None) -> str:
                 r["state"] or "-",
                 psnr,
                 ssim,
+                *(
+                    " / ".join(show(r[f"{kind}_{name}"], ".4f") for kind in ("best", "last", "bicubic"))
+                    for name in learned
+                ),
                 *(show(r[n], ".4f") for n in GAN_VALUES),
                 wall,
                 changes,

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from srgan.configs import Config, SrganError, config_from_dict, config_to_dict
+from srgan.inference.metrics import worst_score
 from srgan.models.checkpoint import as_tuples
 from srgan.training.distributed import unwrap
 from srgan.training.ema import GeneratorEMA
@@ -28,7 +29,8 @@ class Progress:
     # counted in keys, not steps, so that a run resumes where it stopped on
     # another number of ranks.
     epoch_keys: int = 0
-    best_psnr: float = float("-inf")
+    best_by: str = "psnr"  # the metric (train.best_by) that best_value and best.pt follow
+    best_value: float = float("-inf")  # its best validation so far (inf for a lower-is-better one: none yet)
     best_step: int = 0
     metric_state: dict = field(default_factory=dict)
     # The last step whose validation, and whose end-of-epoch work (validation,
@@ -36,7 +38,7 @@ class Progress:
     # work (so that a crash in it loses nothing) says it is still to do.
     validated_step: int = -1
     closed_step: int = -1
-    last_validation: dict = field(default_factory=dict)  # step, psnr, ssim, best (improved on the best before)
+    last_validation: dict = field(default_factory=dict)  # step, each val metric, best (improved on the best before)
     wall_seconds: float = 0.0  # time spent training, over all the sessions of the run
 
 
@@ -50,7 +52,8 @@ def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Con
         "epoch": progress.epoch,
         "epoch_keys": progress.epoch_keys,
         "step": progress.step,
-        "best_psnr": progress.best_psnr,
+        "best_by": progress.best_by,
+        "best_value": progress.best_value,
         "best_step": progress.best_step,
         "metrics": progress.metric_state,
         "validated_step": progress.validated_step,
@@ -65,9 +68,11 @@ def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Con
     return state
 
 
-def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Progress:
+def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None, best_by: str = "psnr") -> Progress:
     """Load a checkpoint's weights, optimizer states and RNG states into the
-    parts (a checkpoint that load_checkpoint checked: it fits them)."""
+    parts (a checkpoint that load_checkpoint checked: it fits them). The best
+    so far is kept when it was of `best_by` (checkpoints from before
+    train.best_by hold best_psnr alone); under another metric it starts over."""
     unwrap(parts.generator).load_state_dict(state["generator"])
     unwrap(parts.discriminator).load_state_dict(state["discriminator"])
     parts.optimizer_g.load_state_dict(state["optimizer_g"])
@@ -82,8 +87,11 @@ def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None) -> Prog
         step=state["step"],
         epoch=state["epoch"],
         epoch_keys=state.get("epoch_keys", 0),
-        best_psnr=state.get("best_psnr", float("-inf")),
-        best_step=state.get("best_step", 0),
+        best_by=best_by,
+        best_value=float(state.get("best_value", state.get("best_psnr", float("-inf"))))
+        if state.get("best_by", "psnr") == best_by
+        else worst_score(best_by),
+        best_step=state.get("best_step", 0) if state.get("best_by", "psnr") == best_by else 0,
         metric_state=state.get("metrics", {}),
         validated_step=state.get("validated_step", state["step"]),
         closed_step=state.get("closed_step", state["step"]),

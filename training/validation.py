@@ -1,5 +1,6 @@
-"""Validation during training: PSNR/SSIM in the literature's convention,
-one image at a time (memory stays flat whatever the size of the set)."""
+"""Validation during training: train.val_metrics (PSNR/SSIM in the
+literature's convention, LPIPS, DISTS), one image at a time (memory stays
+flat whatever the size of the set)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from PIL import Image
 
 from srgan.configs import SrganError
 from srgan.data import FolderImages, PreparedImages, ValImages
-from srgan.inference.metrics import psnr_y, quantize, ssim_y
+from srgan.inference.metrics import ImageScores, quantize
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
 
@@ -27,43 +28,45 @@ def bicubic_upscale(lr: torch.Tensor, scale: int) -> torch.Tensor:
 
 
 def checked_validation_set(
-    images: FolderImages | PreparedImages, scale: int, max_size: int
-) -> tuple[ValImages, tuple[float, float]]:
-    """The validation images that decode, and the mean PSNR/SSIM of bicubic
-    upscaling on them: the figure to beat. Every image is decoded once here,
+    images: FolderImages | PreparedImages, scale: int, max_size: int, scores: ImageScores
+) -> tuple[ValImages, dict[str, float]]:
+    """The validation images that decode, and the mean scores of bicubic
+    upscaling on them: the figures to beat. Every image is decoded once here,
     before training, so that a file broken past its header is skipped with a
     warning now rather than failing the first validation hours later."""
     every = ValImages(images, scale, max_size)
-    usable, psnrs, ssims = [], [], []
+    usable: list[int] = []
+    sums = dict.fromkeys(scores.names, 0.0)
     for i in range(len(every)):
         try:
             _, lr, hr = every[i]
         except SrganError as error:
             log.warning("skipping %s", error)
             continue
-        up, hr8 = bicubic_upscale(lr, scale), quantize(hr)
-        psnrs.append(psnr_y(up, hr8, scale))
-        ssims.append(ssim_y(up, hr8, scale))
+        for name, value in scores(bicubic_upscale(lr, scale), quantize(hr), scale).items():
+            sums[name] += value
         usable.append(i)
     if not usable:
         raise SrganError(f"data.val: none of the {len(images)} images can be decoded")
-    return ValImages(images.select(usable), scale, max_size), (float(np.mean(psnrs)), float(np.mean(ssims)))
+    means = {name: total / len(usable) for name, total in sums.items()}
+    return ValImages(images.select(usable), scale, max_size), means
 
 
 def validate(
-    generator: SRGenerator, images: ValImages, runtime: Runtime, indices: range | None = None
-) -> tuple[float, float, int]:
-    """Sums of PSNR and SSIM of the generator's output (rounded to 8 bits)
-    over the images at `indices` (default: all), and their count; tiled as
-    `srgan upscale` is, so a large image costs no more memory. Sums, so that
-    ranks that score shares of the set add up to the whole set's mean."""
+    generator: SRGenerator, images: ValImages, runtime: Runtime, scores: ImageScores, indices: range | None = None
+) -> tuple[list[float], int]:
+    """Sums of each of `scores`' metrics (in its order) of the generator's
+    output (rounded to 8 bits) over the images at `indices` (default: all),
+    and their count; tiled as `srgan upscale` is, so a large image costs no
+    more memory. Sums, so that ranks that score shares of the set add up to
+    the whole set's mean."""
     network = inference_network(generator, runtime)  # an eval-mode copy: training is untouched
-    psnr_sum, ssim_sum, count = 0.0, 0.0, 0
+    sums, count = [0.0] * len(scores.names), 0
     for i in range(len(images)) if indices is None else indices:
         _, lr, hr = images[i]
         lr8 = quantize(lr).permute(1, 2, 0).numpy()
         sr8, hr8 = torch.from_numpy(upscale_pixels(network, lr8, runtime)).permute(2, 0, 1), quantize(hr)
-        psnr_sum += psnr_y(sr8, hr8, images.scale)
-        ssim_sum += ssim_y(sr8, hr8, images.scale)
+        for j, value in enumerate(scores(sr8, hr8, images.scale).values()):
+            sums[j] += value
         count += 1
-    return psnr_sum, ssim_sum, count
+    return sums, count
