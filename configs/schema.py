@@ -42,10 +42,10 @@ ARCH_KEYS = {
     "icnr": ("srresnet",),
     "growth": ("rrdb",),
 }
-# srresnet: x2 sub-pixel stages; rrdb: 4x on a body of a quarter of the
-# output's size (the input pixel-unshuffled for x1 and x2); compact: one
-# PixelShuffle of any factor.
-ARCH_SCALES = {"srresnet": (2, 4, 8), "rrdb": (1, 2, 4), "compact": (1, 2, 3, 4, 8)}
+# srresnet: x2 sub-pixel stages (x3: one x3 stage); rrdb: 4x on a body of a
+# quarter of the output's size (the input pixel-unshuffled for x1 and x2);
+# compact: one PixelShuffle of any factor.
+ARCH_SCALES = {"srresnet": (2, 3, 4, 8), "rrdb": (1, 2, 4), "compact": (1, 2, 3, 4, 8)}
 
 
 @dataclass
