@@ -23,6 +23,12 @@ def compare(
         ),
     ] = Path("comparison.png"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output.")] = False,
+    lr: Annotated[
+        Path | None,
+        typer.Option(
+            "--lr", help="The photo's LR image (or a folder holding one of the same name), instead of bicubic's."
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
 ) -> None:
@@ -37,7 +43,7 @@ def compare(
     check_output(output, force, inputs=(image,))  # before loading anything
     runtime = runtime_from_options(device, precision)
     generator = generator_from_option(checkpoint, runtime)
-    scores = compare_picture(generator, runtime, image, output, force)
+    scores = compare_picture(generator, runtime, image, output, force, lr)
     typer.echo(
         f"{output}: bicubic | SR | original; PSNR bicubic {scores['bicubic_psnr']:.2f} dB, "
         f"SR {scores['sr_psnr']:.2f} dB ({CONVENTION.format(scale=generator.scale)})"
@@ -51,6 +57,14 @@ def evaluate(
     checkpoint: Annotated[Path, typer.Option("--checkpoint", "-k", help="A checkpoint file or a run folder.")],
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the scores to this JSON file.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")] = False,
+    lr: Annotated[
+        Path | None,
+        typer.Option(
+            "--lr",
+            help="A folder of LR inputs matched to the HR folder's images by relative path less extension "
+            "(a.png <-> a.jpg), instead of bicubic downscales (docs/paired.md).",
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP + " Default fp32: figures to quote.")] = "fp32",
 ) -> None:
@@ -62,7 +76,7 @@ def evaluate(
         check_output(json_path, force)  # before the work, not after it
     runtime = runtime_from_options(device, precision)
     generator = generator_from_option(checkpoint, runtime)
-    result = evaluate_folders(generator, runtime, folders)
+    result = evaluate_folders(generator, runtime, folders, lr)
     typer.echo(format_table(result))
     if json_path is not None:
         write_text(json_path, json.dumps(result, indent=2) + "\n", overwrite=force)

@@ -11,6 +11,7 @@ from PIL import Image
 
 from srgan.configs import SrganError
 from srgan.data import FolderImages, PreparedImages, ValImages
+from srgan.data.paired import PairedImages, validation_images
 from srgan.inference.metrics import psnr_y, quantize, ssim_y
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
@@ -27,13 +28,14 @@ def bicubic_upscale(lr: torch.Tensor, scale: int) -> torch.Tensor:
 
 
 def checked_validation_set(
-    images: FolderImages | PreparedImages, scale: int, max_size: int
+    images: FolderImages | PreparedImages | PairedImages, scale: int, max_size: int
 ) -> tuple[ValImages, tuple[float, float]]:
     """The validation images that decode, and the mean PSNR/SSIM of bicubic
-    upscaling on them: the figure to beat. Every image is decoded once here,
-    before training, so that a file broken past its header is skipped with a
-    warning now rather than failing the first validation hours later."""
-    every = ValImages(images, scale, max_size)
+    upscaling on them (of the given LR images with paired data): the figure
+    to beat. Every image is decoded once here, before training, so that a
+    file broken past its header is skipped with a warning now rather than
+    failing the first validation hours later."""
+    every = validation_images(images, scale, max_size)
     usable, psnrs, ssims = [], [], []
     for i in range(len(every)):
         try:
@@ -47,7 +49,8 @@ def checked_validation_set(
         usable.append(i)
     if not usable:
         raise SrganError(f"data.val: none of the {len(images)} images can be decoded")
-    return ValImages(images.select(usable), scale, max_size), (float(np.mean(psnrs)), float(np.mean(ssims)))
+    chosen = validation_images(images.select(usable), scale, max_size)
+    return chosen, (float(np.mean(psnrs)), float(np.mean(ssims)))
 
 
 def validate(
