@@ -25,7 +25,7 @@ from torch.utils.data import Dataset
 
 from srgan.configs.errors import SrganError, first_line
 from srgan.configs.schema import BUILTIN_SAMPLES
-from srgan.data.datasets import FolderImages, ValImages, open_images, to_tensor
+from srgan.data.datasets import FolderImages, TrainPairs, ValImages, open_images, to_tensor
 from srgan.data.images import find_images, image_size
 from srgan.data.prepared import PreparedImages, is_prepared
 
@@ -214,6 +214,15 @@ class PairedCrops(Dataset):
         turns = int(rng.integers(0, 4))
         lr, hr = np.rot90(lr, k=turns), np.rot90(hr, k=turns)
         return to_tensor(np.ascontiguousarray(lr)), to_tensor(np.ascontiguousarray(hr))
+
+
+def training_crops(
+    images: FolderImages | PreparedImages | PairedImages, crop_size: int, scale: int, repeat: int, seed: int
+) -> TrainPairs | PairedCrops:
+    """The training dataset of an image set: crops with bicubic LR, or aligned paired crops."""
+    if isinstance(images, PairedImages):
+        return PairedCrops(images, crop_size, scale, repeat, seed)
+    return TrainPairs(images, crop_size, scale, repeat, seed)
 
 
 class PairedValImages(ValImages):

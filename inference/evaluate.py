@@ -117,6 +117,7 @@ def evaluate_folders(
     return {
         "scale": scale,
         "convention": CONVENTION.format(scale=scale),
+        "lr_folder": None if lr_folder is None else str(lr_folder),  # None: LR made by bicubic downscaling
         "images": images,
         "mean": _means(images),
         "folders": per_folder,
@@ -137,7 +138,8 @@ def format_table(result: dict) -> str:
     folder_means = [{**f, "name": f"{f['name']} mean"} for f in result.get("folders", [])]
     width = max(12, *(len(_one_line(im["name"])) for im in [*result["images"], *folder_means]))
     lines = [
-        f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}",
+        f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}"
+        + (f"; LR inputs from {_one_line(result['lr_folder'])}" if result.get("lr_folder") else ""),
         f"{'image':<{width}}  {'SR psnr':>8} {'SR ssim':>8}  {'bicubic psnr':>12} {'bicubic ssim':>12}  {'gain dB':>7}",
     ]
     rows = [*result["images"], None, *folder_means, {"name": "mean", **result["mean"]}]

@@ -20,8 +20,8 @@ from srgan.data import EpochSampler, PreparedImages, ValImages, bicubic_downscal
 from srgan.data.paired import PairedCrops, PairedImages, PairedValImages, folder_pairs, open_image_set
 from srgan.inference.compare import mod_crop
 from srgan.inference.evaluate import evaluate_folders
-from srgan.models import Generator, Runtime
 from srgan.inference.metrics import psnr_y, quantize
+from srgan.models import Generator, Runtime
 from srgan.training.validation import bicubic_upscale, checked_validation_set
 
 CPU32 = Runtime(torch.device("cpu"), "fp32")
@@ -217,6 +217,7 @@ def test_evaluate_and_compare_take_lr_and_refuse_sizes_that_disagree(photo_pairs
     result = run_cli("evaluate", hr, "--lr", lr, "-k", checkpoint, "--device", "cpu")
     assert result.returncode == 0, result
     assert "astronaut" in result.stdout and "coffee" in result.stdout
+    assert result.stdout.splitlines()[0].endswith(f"; LR inputs from {lr}")
     out = tmp_path / "cmp.png"
     result = run_cli("compare", checkpoint, hr / "coffee.png", "--lr", lr, "-o", out, "--device", "cpu")
     assert result.returncode == 0, result

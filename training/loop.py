@@ -26,8 +26,8 @@ from tqdm import tqdm
 
 from srgan.configs import Config, SrganError, first_line
 from srgan.configs.schema import TrainConfig
-from srgan.data import EpochSampler, TrainPairs
-from srgan.data.paired import PairedCrops, PairedImages, open_image_set
+from srgan.data import EpochSampler
+from srgan.data.paired import open_image_set, training_crops
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.losses import GeneratorCriterion
@@ -116,11 +116,7 @@ class Trainer:
             # the SSIM window (11 px) must fit once `scale` px are shaved from each border
             val_images = open_image_set(d.val, d.val_lr, "data.val", "data.val_lr", scale, 2 * scale + 11)
             self.val_images, self.bicubic = checked_validation_set(val_images, scale, d.val_max_size)
-        self.dataset: TrainPairs | PairedCrops
-        if isinstance(train_images, PairedImages):
-            self.dataset = PairedCrops(train_images, d.crop_size, scale, d.repeat, t.seed)
-        else:
-            self.dataset = TrainPairs(train_images, d.crop_size, scale, d.repeat, t.seed)
+        self.dataset = training_crops(train_images, d.crop_size, scale, d.repeat, t.seed)
         self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed, world.rank, world.size)
         self.loader = DataLoader(
             self.dataset,
