@@ -47,6 +47,8 @@ def folder_pairs(
     for the same stem (a.png and a.jpg): that stem is skipped with a warning."""
     if not lr_root.is_dir():
         raise SrganError(f"{lr_key}: {lr_root}: no such folder (expected a folder of LR images)")
+    inside = lr_root.resolve()  # an LR folder kept inside the HR folder: its images are not HR images
+    hr_paths = [path for path in hr_paths if not path.resolve().is_relative_to(inside)]
     sides = {}
     for side, paths, root in (("HR", hr_paths, hr_root), ("LR", find_images(lr_root), lr_root)):
         by_stem: dict[str, list[Path]] = {}

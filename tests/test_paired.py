@@ -74,6 +74,15 @@ def test_pairs_match_by_relative_path_less_extension_and_unmatched_are_counted(t
     assert "data.train_lr: 2 LR images without a partner, skipped: b, z" in messages
 
 
+def test_an_lr_folder_inside_the_hr_folder_is_not_taken_for_hr_images(tmp_path):
+    save(noise(8, 8, 0), tmp_path / "a.png")
+    save(noise(2, 2, 0), tmp_path / "x4" / "a.png")
+    hr_paths = sorted(tmp_path.rglob("*.png"))
+    assert folder_pairs(hr_paths, tmp_path, tmp_path / "x4", "data.train", "data.train_lr") == [
+        (tmp_path / "a.png", tmp_path / "x4" / "a.png")
+    ]
+
+
 def test_a_mismatched_pair_is_warned_by_name_and_skipped_and_none_left_is_an_error(box_pairs, tmp_path, caplog):
     hr, lr = box_pairs / "hr", tmp_path / "lr"
     save(box_downscale(load(hr / "p0.png"), 4), lr / "p0.png")

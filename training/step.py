@@ -37,10 +37,9 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     G, D, scaler, objective = parts.generator, parts.discriminator, parts.scaler, OBJECTIVES[parts.d_loss]
     # The unsharp-masked HR (loss.sharpen_targets), once a batch, without gradient;
     # D's real examples are the sharpened ones when the adversarial term asks.
-    sharp = unsharp_mask(hr) if parts.criterion.sharpen.any else hr
-    gan_real = sharp if parts.criterion.sharpen.adversarial else hr
-    chunks = (lr, hr, sharp, gan_real)
-    micro = list(zip(*(t.chunk(parts.accumulate) for t in chunks), strict=True))
+    hr_sharp = unsharp_mask(hr) if parts.criterion.sharpen.any else hr
+    hr_for_d = hr_sharp if parts.criterion.sharpen.adversarial else hr
+    micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, hr_sharp, hr_for_d)), strict=True))
     k = len(micro)
 
     # 1. The generator runs once; its graph serves both updates. With several
@@ -54,9 +53,9 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     # 2. D step: minimise d_loss on D(x) and D(G(z)).
     parts.optimizer_d.zero_grad(set_to_none=True)
     d_rows = []
-    for fake, (_, _, _, real) in zip(fakes, micro, strict=True):
+    for fake, (_, _, _, real_for_d) in zip(fakes, micro, strict=True):
         with parts.runtime.autocast():
-            real_logit = D(real)
+            real_logit = D(real_for_d)
             fake_logit = D(fake.detach() if parts.update == "detach" else fake)
         d_loss = objective.d_loss(real_logit, fake_logit)
         if parts.update == "retain_graph":
@@ -92,12 +91,12 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     judge = unwrap(D)
     parts.optimizer_g.zero_grad(set_to_none=True)
     g_rows = []
-    for fake, (x, real, real_sharp, gan_real) in zip(fakes, micro, strict=True):
+    for fake, (x, real, real_sharp, real_for_d) in zip(fakes, micro, strict=True):
         with parts.runtime.autocast():
             if k > 1:  # made without a graph in step 1
                 fake = G(x)
             with torch.no_grad():
-                real_logit_g = judge(gan_real) if objective.needs_real else None
+                real_logit_g = judge(real_for_d) if objective.needs_real else None
             g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g, real_sharp)
         scaler.scale(g_loss / k).backward()
         g_rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
@@ -119,8 +118,8 @@ def generator_step(
     training), or on the image loss only (`image_only`: the pretraining
     phase before the GAN); gradients of the micro-batches summed as in gan_step."""
     criterion = parts.criterion
-    sharp = unsharp_mask(hr) if criterion.sharpen.any else hr  # as in gan_step
-    micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, sharp)), strict=True))
+    hr_sharp = unsharp_mask(hr) if criterion.sharpen.any else hr  # as in gan_step
+    micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, hr_sharp)), strict=True))
     parts.optimizer_g.zero_grad(set_to_none=True)
     rows = []
     for x, real, real_sharp in micro:
