@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader
 
 from srgan.bench.machine import machine
 from srgan.configs import Config, SrganError
-from srgan.data import EpochSampler, PreparedImages, TrainPairs, open_images
+from srgan.data import EpochSampler, PreparedImages
+from srgan.data.paired import PairedImages, open_image_set, training_crops
 from srgan.files import check_output, write_bytes
 from srgan.training.loop import shutdown_workers
 from srgan.training.signals import ignore_interrupts_in_worker
@@ -31,8 +32,11 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     and of each worker sampled after every batch."""
     d = config.data
     started = time.perf_counter()
-    images = open_images(d.train, "data.train", d.crop_size, d.cache_mb)
-    dataset = TrainPairs(images, d.crop_size, config.model.scale, d.repeat, config.train.seed)
+    image_set = open_image_set(
+        d.train, d.train_lr, "data.train", "data.train_lr", config.model.scale, d.crop_size, d.cache_mb
+    )
+    dataset = training_crops(image_set, d.crop_size, config.model.scale, d.repeat, config.train.seed)
+    images = image_set.hr if isinstance(image_set, PairedImages) else image_set  # paired: the HR side's source
     sampler = EpochSampler(len(dataset), d.batch_size, config.train.seed)
     loader = DataLoader(
         dataset,
@@ -62,7 +66,7 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     finally:
         shutdown_workers(loader)
     timed = times[warmup:]
-    kind = (
+    kind = ("paired-" if isinstance(image_set, PairedImages) else "") + (
         "prepared"
         if isinstance(images, PreparedImages)
         else (

@@ -28,6 +28,12 @@ def compare(
         ),
     ] = Path("comparison.png"),
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output.")] = False,
+    lr: Annotated[
+        Path | None,
+        typer.Option(
+            "--lr", help="The photo's LR image (or a folder holding one of the same name), instead of bicubic's."
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
     metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr",
@@ -45,7 +51,7 @@ def compare(
     runtime = runtime_from_options(device, precision)
     scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
     generator, model = generator_from_option(checkpoint, runtime)
-    result = compare_picture(generator, runtime, image, output, force, scores, model=model)
+    result = compare_picture(generator, runtime, image, output, force, scores, model=model, lr_path=lr)
     shown = []
     for name in names:
         bicubic, sr = result["bicubic"][name], result["sr"][name]
@@ -64,6 +70,14 @@ def evaluate(
     checkpoint: Annotated[Path, typer.Option("--checkpoint", "-k", help="A checkpoint file or a run folder.")],
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the scores to this JSON file.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")] = False,
+    lr: Annotated[
+        Path | None,
+        typer.Option(
+            "--lr",
+            help="A folder of LR inputs matched to the HR folder's images by relative path less extension "
+            "(a.png <-> a.jpg), instead of bicubic downscales (docs/paired.md).",
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP + " Default fp32: figures to quote.")] = "fp32",
     metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr,ssim",
@@ -79,7 +93,7 @@ def evaluate(
     runtime = runtime_from_options(device, precision)
     scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
     generator, model = generator_from_option(checkpoint, runtime)
-    result = evaluate_folders(generator, runtime, folders, scores=scores, model=model)
+    result = evaluate_folders(generator, runtime, folders, scores=scores, model=model, lr_folder=lr)
     typer.echo(format_table(result))
     if json_path is not None:
         write_text(json_path, json.dumps(result, indent=2) + "\n", overwrite=force)

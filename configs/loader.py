@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from srgan.configs.errors import SrganError
-from srgan.configs.schema import ARCH_KEYS, ARCH_SCALES, Config, PerceptualConfig
+from srgan.configs.schema import ARCH_KEYS, ARCH_SCALES, BUILTIN_SAMPLES, Config, PerceptualConfig
 from srgan.files.reading import read_regular_bytes
 
 DEFAULT_PRESET = "demo"
@@ -46,6 +46,7 @@ LIMITS = {
 MAX_GENERATOR_PARAMETERS = 610_000_000
 MAX_CONFIG_BYTES = 1 << 20  # a YAML config is a page of text
 MAX_SEED = 2**32 - 1  # NumPy's legacy seed is 32-bit
+USM_REACH = 25  # the unsharp mask's 51 x 51 blur (losses/sharpen.py): pixels read each side
 
 
 def preset_names() -> list[str]:
@@ -417,6 +418,30 @@ def _one_perceptual_layer_setting(config: Config, raw: dict, origin: str) -> Non
         )
 
 
+def _check_paired_data(c: Config, origin: str) -> None:
+    """data.train_lr / data.val_lr: a folder beside a folder (or prepared set)
+    of HR images; the built-in samples have no LR partners."""
+    d = c.data
+    for lr_key, lr_value, hr_key, hr_value in (
+        ("data.train_lr", d.train_lr, "data.train", d.train),
+        ("data.val_lr", d.val_lr, "data.val", d.val),
+    ):
+        if lr_value is None:
+            continue
+        if lr_value == "":
+            raise SrganError(f"{origin}: {lr_key}: expected a folder of LR images or null, got ''")
+        if hr_value is None:
+            raise SrganError(f"{origin}: {lr_key}: given while {hr_key} is null (the LR images need their HR partners)")
+        if hr_value == BUILTIN_SAMPLES:
+            raise SrganError(
+                f"{origin}: {lr_key}: paired data needs {hr_key} to be a folder of HR images, not {BUILTIN_SAMPLES} "
+                "(the sample photos have no LR partners)"
+            )
+    # TODO(issue 28, h-degrade): once data.degradation exists, refuse it with paired
+    # data here: "data.train_lr set and data.degradation != bicubic -> refused naming
+    # both keys" (the LR is given, there is nothing to degrade).
+
+
 def _check_values(c: Config, origin: str) -> None:
     def need(ok: bool, key: str, expected: str, got: Any) -> None:
         if not ok:
@@ -465,6 +490,7 @@ def _check_values(c: Config, origin: str) -> None:
         f"a multiple of model.scale ({c.model.scale})",
         c.data.crop_size,
     )
+    _check_paired_data(c, origin)
     need(c.data.batch_size >= 1, "data.batch_size", "at least 1", c.data.batch_size)
     metrics = c.train.val_metrics
     need(
@@ -533,6 +559,14 @@ def _check_values(c: Config, origin: str) -> None:
             "a multiple of 8 with gan.discriminator unet (three stride-2 convs, whose outputs its "
             "upsampling path adds back)",
             crop,
+        )
+    if c.loss.sharpen_targets.any:
+        need(
+            c.data.crop_size > USM_REACH,
+            "data.crop_size",
+            f"more than {USM_REACH} px with loss.sharpen_targets (the unsharp mask's blur reads {USM_REACH} px "
+            "each side, reflected at the border)",
+            c.data.crop_size,
         )
     need(c.train.accumulate >= 1, "train.accumulate", "at least 1 (micro-batches a step)", c.train.accumulate)
     need(

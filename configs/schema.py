@@ -45,10 +45,14 @@ ARCH_KEYS = {
     "icnr": ("srresnet",),
     "growth": ("rrdb",),
 }
-# srresnet: x2 sub-pixel stages; rrdb: 4x on a body of a quarter of the
-# output's size (the input pixel-unshuffled for x1 and x2); compact: one
-# PixelShuffle of any factor.
-ARCH_SCALES = {"srresnet": (2, 4, 8), "rrdb": (1, 2, 4), "compact": (1, 2, 3, 4, 8)}
+# srresnet: x2 sub-pixel stages (x3: one x3 stage); rrdb: 4x on a body of a
+# quarter of the output's size (the input pixel-unshuffled for x1 and x2);
+# compact: one PixelShuffle of any factor.
+ARCH_SCALES = {"srresnet": (2, 3, 4, 8), "rrdb": (1, 2, 4), "compact": (1, 2, 3, 4, 8)}
+
+
+# data.train / data.val naming the photos that come with scikit-image.
+BUILTIN_SAMPLES = "builtin:samples"
 
 
 @dataclass
@@ -57,6 +61,11 @@ class DataConfig:
     train: str = "builtin:samples"
     # As `train`; null turns validation off.
     val: str | None = "builtin:samples"
+    # Paired data (docs/paired.md): a folder of LR images, each matched to the
+    # HR image of `train` (`val`) with the same relative path less its
+    # extension, used instead of bicubic downscales; null: made by bicubic.
+    train_lr: str | None = None
+    val_lr: str | None = None
     crop_size: int = 96  # HR crop side; a multiple of model.scale
     batch_size: int = 16
     workers: int = 2  # DataLoader worker processes; 0 loads in the training process
@@ -99,10 +108,24 @@ class PerceptualConfig:
 
 
 @dataclass
+class SharpenTargets:
+    # Which terms compare with an unsharp-masked HR rather than the HR itself
+    # (Real-ESRGAN's l1_gt_usm, percep_gt_usm, gan_gt_usm; losses/sharpen.py).
+    image: bool = False
+    perceptual: bool = False
+    adversarial: bool = False  # D's real examples
+
+    @property
+    def any(self) -> bool:
+        return self.image or self.perceptual or self.adversarial
+
+
+@dataclass
 class LossConfig:
     image: Literal["mse", "l1"] = "mse"
     weights: LossWeights = field(default_factory=LossWeights)
     perceptual: PerceptualConfig = field(default_factory=PerceptualConfig)
+    sharpen_targets: SharpenTargets = field(default_factory=SharpenTargets)
 
 
 @dataclass

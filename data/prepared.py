@@ -24,6 +24,7 @@ import contextlib
 import copy
 import ctypes
 import errno
+import functools
 import glob
 import json
 import logging
@@ -32,8 +33,10 @@ import re
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -48,6 +51,13 @@ log = logging.getLogger("srgan")
 
 FORMAT = "srgan-prepared"
 VERSION = 1
+# A paired set (`srgan prepare HR --lr LR --scale S`): each entry also has
+# "lr": {"height", "width", "offset"}, its LR image's pixels right after the HR
+# image's (the HR cut to exactly LR x S), and the index says "scale": S. A new
+# version, so that an srgan that knows only version 1 refuses it rather than
+# training on its HR images with bicubic LR.
+PAIRED_VERSION = 2
+MAX_PAIRED_SCALE = 8
 INDEX_NAME = "index.json"
 PIXELS_NAME = "pixels.u8"
 ALIGN = 64
@@ -69,7 +79,7 @@ class PreparedImages:
 
     def __init__(self, path: Path, min_side: int = 0, key: str = "data.train"):
         self.path = Path(path)
-        entries = read_index(self.path, key)
+        entries, self.pairs_scale = read_index_and_scale(self.path, key)  # scale: None unless paired
         usable = []
         for entry in entries:
             if min(entry["height"], entry["width"]) < min_side:
@@ -110,6 +120,14 @@ class PreparedImages:
         chosen.names = [self.names[i] for i in indices]
         return chosen
 
+    def lr_images(self) -> PreparedImages:
+        """A paired set's LR images, in the order of its HR images (same names)."""
+        assert self.pairs_scale is not None, "only a paired set has LR images"
+        chosen = copy.copy(self)
+        chosen.entries = [{"name": entry["name"], **entry["lr"]} for entry in self.entries]
+        chosen.pairs_scale = None
+        return chosen
+
     def __getstate__(self) -> dict:
         # Pickled for a spawned worker: it maps the file itself rather than receive a copy.
         return {**self.__dict__, "_pixels": None}
@@ -119,6 +137,11 @@ def read_index(path: Path, key: str = "data.train") -> list[dict]:
     """The checked image entries of a prepared dataset, or a one-line refusal
     naming what is wrong: a foreign or damaged index, another format
     version, a pixel file shorter than the index says."""
+    return read_index_and_scale(path, key)[0]
+
+
+def read_index_and_scale(path: Path, key: str = "data.train") -> tuple[list[dict], int | None]:
+    """read_index, and the scale of a paired set's pairs (None for HR images alone)."""
     index_path, pixels_path = path / INDEX_NAME, path / PIXELS_NAME
     try:
         index = parse_json(read_regular_text(index_path, MAX_INDEX_BYTES, "prepared dataset's index"))
@@ -128,11 +151,16 @@ def read_index(path: Path, key: str = "data.train") -> list[dict]:
         raise SrganError(f"{key}: {index_path}: not a readable index ({error})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise SrganError(f"{key}: {path}: not an srgan prepared dataset ({INDEX_NAME} does not say format: {FORMAT})")
-    if index.get("version") != VERSION:
+    if index.get("version") not in (VERSION, PAIRED_VERSION):
         raise SrganError(
             f"{key}: {path}: prepared in format version {index.get('version')!r}; this srgan reads "
-            f"version {VERSION}: prepare it again with `srgan prepare`"
+            f"versions {VERSION} and {PAIRED_VERSION}: prepare it again with `srgan prepare`"
         )
+    scale = index.get("scale") if index["version"] == PAIRED_VERSION else None
+    if index["version"] == PAIRED_VERSION and not (
+        isinstance(scale, int) and not isinstance(scale, bool) and 1 <= scale <= MAX_PAIRED_SCALE
+    ):
+        raise SrganError(f"{key}: {index_path}: damaged (a paired set without a scale of 1 to {MAX_PAIRED_SCALE})")
     entries, declared = index.get("images"), index.get("bytes")
     if not isinstance(entries, list) or not entries or not isinstance(declared, int):
         raise SrganError(f"{key}: {index_path}: damaged (no images or no byte count)")
@@ -152,39 +180,74 @@ def read_index(path: Path, key: str = "data.train") -> list[dict]:
     # epoch) than the pixel file holds.
     end = 0
     for n, entry in enumerate(entries):
-        ok = (
-            isinstance(entry, dict)
-            and isinstance(entry.get("name"), str)
-            and all(
-                isinstance(entry.get(k), int) and not isinstance(entry.get(k), bool)
-                for k in ("height", "width", "offset")
-            )
-        )
-        if (
-            not ok
-            or min(entry["height"], entry["width"]) < 1
-            or entry["offset"] < 0
-            or entry["height"] * entry["width"] > MAX_IMAGE_PIXELS
-            or entry["offset"] + entry["height"] * entry["width"] * 3 > declared
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise SrganError(f"{key}: {index_path}: image {n} is damaged (no name)")
+        # A paired entry's LR region follows its HR region: both checked the same way.
+        regions = [entry] if scale is None else [entry, entry.get("lr")]
+        for region in regions:
+            if not isinstance(region, dict) or not _region_ok(region, declared):
+                raise SrganError(
+                    f"{key}: {index_path}: image {n} is damaged (height, width, offset within {PIXELS_NAME})"
+                )
+            if region["offset"] < end:
+                raise SrganError(
+                    f"{key}: {index_path}: image {n} overlaps image {n - 1} in {PIXELS_NAME} (damaged or "
+                    "forged: each image's pixels follow the previous one's)"
+                )
+            end = region["offset"] + region["height"] * region["width"] * 3
+        if scale is not None and (entry["height"], entry["width"]) != (
+            entry["lr"]["height"] * scale,
+            entry["lr"]["width"] * scale,
         ):
-            raise SrganError(
-                f"{key}: {index_path}: image {n} is damaged (name, height, width, offset within {PIXELS_NAME})"
-            )
-        if entry["offset"] < end:
-            raise SrganError(
-                f"{key}: {index_path}: image {n} overlaps image {n - 1} in {PIXELS_NAME} (damaged or "
-                "forged: each image's pixels follow the previous one's)"
-            )
-        end = entry["offset"] + entry["height"] * entry["width"] * 3
-    return entries
+            raise SrganError(f"{key}: {index_path}: image {n} is damaged (its HR is not its LR x {scale})")
+    return entries, scale
 
 
-def prepare_dataset(sources: list[Path], out: Path, workers: int, force: bool = False) -> dict:
+def _region_ok(region: dict, declared: int) -> bool:
+    """An image's {height, width, offset}: integers, its pixels within the pixel file."""
+    return (
+        all(
+            isinstance(region.get(k), int) and not isinstance(region.get(k), bool)
+            for k in ("height", "width", "offset")
+        )
+        and min(region["height"], region["width"]) >= 1
+        and region["offset"] >= 0
+        and region["height"] * region["width"] <= MAX_IMAGE_PIXELS
+        and region["offset"] + region["height"] * region["width"] * 3 <= declared
+    )
+
+
+def prepare_dataset(
+    sources: list[Path],
+    out: Path,
+    workers: int,
+    force: bool = False,
+    lr_folder: Path | None = None,
+    scale: int | None = None,
+) -> dict:
     """Decode every image below `sources` (in the order a folder's images are
     trained on) into a prepared dataset at `out`; a file that cannot be
-    decoded is skipped with one warning. Returns counts for the summary."""
+    decoded is skipped with one warning. With `lr_folder` (and `scale`): a
+    paired set of one HR folder's images and their LR partners, matched as
+    data.train_lr matches them (srgan.data.paired). Returns counts for the
+    summary."""
     out = Path(out)
-    paths = _source_images(sources)
+    decode: Callable[[Any], list[np.ndarray] | None] = _decode_one
+    if lr_folder is None:
+        paths = _source_images(sources)
+        jobs: list = paths
+    else:
+        from srgan.data.paired import folder_pairs  # paired.py imports this module
+
+        if len(sources) != 1 or not Path(sources[0]).expanduser().is_dir():
+            raise SrganError("--lr: pairs need exactly one folder of HR images (their partners match by relative path)")
+        if scale is None or not 1 <= scale <= MAX_PAIRED_SCALE:
+            raise SrganError(f"--scale: expected the pairs' scale, 1 to {MAX_PAIRED_SCALE}, with --lr; got {scale}")
+        root = Path(sources[0]).expanduser()
+        jobs = folder_pairs(find_images(root), root, Path(lr_folder).expanduser(), str(root), "--lr")
+        paths = [hr for hr, _ in jobs]
+        decode = functools.partial(_decode_pair, scale=scale)
+
     if out.exists() and not force:
         raise SrganError(f"-o {out}: exists (use --force to replace it)")
     if out.exists() and not is_prepared(out):
@@ -194,16 +257,24 @@ def prepare_dataset(sources: list[Path], out: Path, workers: int, force: bool = 
     tmp = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     tmp.mkdir()
     try:
-        entries, skipped, total = _write_pixels(paths, tmp / PIXELS_NAME, workers)
-        if not entries:
-            raise SrganError(f"{', '.join(map(str, sources))}: none of the {len(paths)} images can be decoded")
-        index = {
+        written, skipped, total = _write_pixels(jobs, tmp / PIXELS_NAME, workers, decode)
+        if not written:
+            what = "images can be decoded" if lr_folder is None else "pairs can be decoded with sizes that agree"
+            raise SrganError(f"{', '.join(map(str, sources))}: none of the {len(paths)} {what}")
+        entries = []
+        for job, regions in written:  # a job: an HR path, or an (HR, LR) pair
+            entries.append({"name": (job if lr_folder is None else job[0]).name, **regions[0]})
+            if lr_folder is not None:
+                entries[-1]["lr"] = regions[1]
+        index: dict = {
             "format": FORMAT,
-            "version": VERSION,
+            "version": VERSION if lr_folder is None else PAIRED_VERSION,
             "images": entries,
             "bytes": total,
             "sources": [str(Path(s).resolve()) for s in sources],
         }
+        if lr_folder is not None:
+            index.update(scale=scale, lr_source=str(Path(lr_folder).resolve()))
         _write_synced(tmp / INDEX_NAME, (json.dumps(index, indent=1) + "\n").encode())
         _replace(tmp, out, force)
     except OSError as error:
@@ -217,6 +288,23 @@ def prepare_dataset(sources: list[Path], out: Path, workers: int, force: bool = 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when it was renamed
     return {"images": len(entries), "skipped": skipped, "bytes": total}
+
+
+def _decode_one(path: Path) -> list[np.ndarray] | None:
+    image = try_load_rgb8(path)
+    return None if image is None else [image]
+
+
+def _decode_pair(pair: tuple[Path, Path], scale: int) -> list[np.ndarray] | None:
+    """[HR cut to LR x scale, LR], or None (with a warning) for a pair that
+    does not decode or whose sizes disagree with the scale."""
+    from srgan.data.paired import fit_hr_to_lr  # paired.py imports this module
+
+    hr, lr = try_load_rgb8(pair[0]), try_load_rgb8(pair[1])
+    if hr is None or lr is None:
+        return None
+    fitted = fit_hr_to_lr(hr, lr, scale, pair)
+    return None if fitted is None else [fitted, lr]
 
 
 def _source_images(sources: list[Path]) -> list[Path]:
@@ -235,36 +323,43 @@ def _source_images(sources: list[Path]) -> list[Path]:
     return paths
 
 
-def _write_pixels(paths: list[Path], target: Path, workers: int) -> tuple[list[dict], int, int]:
+def _write_pixels(
+    jobs: list, target: Path, workers: int, decode: Callable[[Any], list[np.ndarray] | None]
+) -> tuple[list[tuple[Any, list[dict]]], int, int]:
     """Decode with `workers` threads (Pillow decodes without the GIL), at most
-    2 x workers images in memory, and append them to `target` in order."""
-    entries, skipped, offset = [], 0, 0
+    2 x workers jobs in memory, and append their images to `target` in order
+    (a job: an image file, or an HR/LR pair). Returns each written job with
+    its images' {height, width, offset}, the jobs skipped, the bytes written."""
+    written, skipped, offset = [], 0, 0
     window = max(1, 2 * workers)
     with (
         open(target, "wb") as f,
         ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
-        tqdm(total=len(paths), unit="image", desc="prepare", dynamic_ncols=True) as bar,
+        tqdm(total=len(jobs), unit="image", desc="prepare", dynamic_ncols=True) as bar,
     ):
-        pending = {n: pool.submit(try_load_rgb8, path) for n, path in enumerate(paths[:window])}
-        for n, path in enumerate(paths):
-            image = pending.pop(n).result()  # the future goes: the decoded image goes once written
-            if n + window < len(paths):
-                pending[n + window] = pool.submit(try_load_rgb8, paths[n + window])
+        pending = {n: pool.submit(decode, job) for n, job in enumerate(jobs[:window])}
+        for n, job in enumerate(jobs):
+            images = pending.pop(n).result()  # the future goes: the decoded images go once written
+            if n + window < len(jobs):
+                pending[n + window] = pool.submit(decode, jobs[n + window])
             bar.update()
-            if image is None:
+            if images is None:
                 skipped += 1
                 continue
-            pad = -offset % ALIGN
-            if pad:
-                f.write(b"\0" * pad)
-                offset += pad
-            f.write(np.ascontiguousarray(image).data)
-            height, width = image.shape[:2]
-            entries.append({"name": path.name, "height": height, "width": width, "offset": offset})
-            offset += image.nbytes
+            regions = []
+            for image in images:
+                pad = -offset % ALIGN
+                if pad:
+                    f.write(b"\0" * pad)
+                    offset += pad
+                f.write(np.ascontiguousarray(image).data)
+                height, width = image.shape[:2]
+                regions.append({"height": height, "width": width, "offset": offset})
+                offset += image.nbytes
+            written.append((job, regions))
         f.flush()
         os.fsync(f.fileno())
-    return entries, skipped, offset
+    return written, skipped, offset
 
 
 def _write_synced(path: Path, data: bytes) -> None:

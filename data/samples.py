@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from srgan.configs.errors import SrganError
-
-BUILTIN_SAMPLES = "builtin:samples"
+from srgan.configs.schema import BUILTIN_SAMPLES as BUILTIN_SAMPLES  # data.train's default, re-exported
 
 # name -> file in skimage/data; the first four train, the last validates.
 SAMPLE_FILES = {

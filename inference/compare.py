@@ -12,6 +12,8 @@ from PIL import Image, ImageDraw
 
 from srgan.configs.errors import SrganError, first_line
 from srgan.data import bicubic_downscale, load_rgb8
+from srgan.data.images import IMAGE_EXTENSIONS
+from srgan.data.paired import fit_hr_to_lr
 from srgan.files import check_output
 from srgan.inference.imageio import write_png
 from srgan.inference.metrics import ImageScores
@@ -51,25 +53,32 @@ def compare_picture(
     force: bool = False,
     scores: ImageScores | None = None,
     model: str = "",
+    lr_path: Path | None = None,
 ) -> dict[str, dict[str, float]]:
     """Write bicubic | SR | original for one HR photo, each panel labelled
     with its `scores` (default: Y-channel PSNR); returns them, by panel.
     `model`, what the checkpoint was recognised as, is said once the photo
-    is checked."""
-    check_output(out_path, force, inputs=(image_path,))  # before the work
+    is checked. `lr_path`: its LR image (or a folder holding one of the same
+    stem), the input of both, rather than a bicubic downscale of the HR."""
+    if lr_path is not None:
+        lr_path = lr_partner(image_path, lr_path)
+    check_output(out_path, force, inputs=(image_path,) if lr_path is None else (image_path, lr_path))  # before the work
     scores = scores or ImageScores(["psnr"], runtime.device, "--metrics")
-    try:
-        hr = mod_crop(load_rgb8(image_path), generator.scale)
-    except SrganError:
-        raise
-    except Exception as error:
-        raise SrganError(f"{image_path}: cannot be decoded as an image ({first_line(error)})") from None
+    hr = _decode(image_path)
+    given_lr = None if lr_path is None else _decode(lr_path)
+    if given_lr is not None and lr_path is not None:
+        fitted = fit_hr_to_lr(hr, given_lr, generator.scale, (image_path, lr_path))
+        if fitted is None:
+            raise SrganError(f"--lr {lr_path}: its size does not agree with {image_path}'s at x{generator.scale}")
+        hr = fitted
+    else:
+        hr = mod_crop(hr, generator.scale)
     if min(hr.shape[:2]) < 4 * generator.scale:
         raise SrganError(f"{image_path}: too small to compare at x{generator.scale}")
     if model:
         log.info("model: %s", model)
     generator.eval()
-    lr = bicubic_downscale(hr, generator.scale)
+    lr = given_lr if given_lr is not None else bicubic_downscale(hr, generator.scale)
     bicubic = bicubic_upscale(lr, generator.scale)
     sr = upscale_rgb8(generator, lr, runtime)
 
@@ -93,6 +102,27 @@ def score_label(scores: dict[str, float]) -> str:
     for name, value in scores.items():
         parts.append(f"{value:.2f} dB" if name == "psnr" else f"{name.upper().replace('_', '-')} {value:.4f}")
     return ", ".join(parts)
+
+
+def _decode(path: Path) -> np.ndarray:
+    try:
+        return load_rgb8(path)
+    except SrganError:
+        raise
+    except Exception as error:
+        raise SrganError(f"{path}: cannot be decoded as an image ({first_line(error)})") from None
+
+
+def lr_partner(image_path: Path, lr: Path) -> Path:
+    """`--lr`: an LR image file, or a folder whose image of the same stem is the partner."""
+    if lr.is_file():
+        return lr
+    if not lr.is_dir():
+        raise SrganError(f"--lr {lr}: no such file or folder")
+    found = [p for p in lr.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.stem == image_path.stem]
+    if len(found) != 1:
+        raise SrganError(f"--lr {lr}: expected one image named {image_path.stem}.* in it, found {len(found)}")
+    return found[0]
 
 
 def labelled(panel: np.ndarray, label: str) -> np.ndarray:

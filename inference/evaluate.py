@@ -16,6 +16,7 @@ import torch
 from srgan.configs.errors import SrganError, first_line
 from srgan.data import bicubic_downscale, find_images, load_rgb8
 from srgan.data.images import IMAGE_EXTENSIONS
+from srgan.data.paired import fit_hr_to_lr, folder_pairs
 from srgan.inference.compare import bicubic_upscale, mod_crop
 from srgan.inference.metrics import CONVENTION, LOWER_IS_BETTER, ImageScores
 from srgan.inference.upscale import inference_network, upscale_pixels
@@ -45,15 +46,20 @@ def evaluate_folders(
     metrics: Sequence[str] = ("psnr", "ssim"),
     scores: ImageScores | None = None,
     model: str = "",
+    lr_folder: Path | None = None,
 ) -> dict:
     """Scores per image and their means, overall and (for several folders)
     per folder, as the literature reports Set5 and Set14 apart; one image
     in memory at a time. An image file among `folders` is scored alone
     (it counts in the overall mean and has no folder mean). `scores`: the
     metrics already loaded (the CLI loads them before the generator). `model`,
-    what the checkpoint was recognised as, is said once the folders are checked."""
+    what the checkpoint was recognised as, is said once the folders are checked.
+    `lr_folder`: the LR inputs (of SR and of bicubic) are its images, matched
+    to the one HR folder's by relative path less extension (srgan.data.paired),
+    rather than bicubic downscales of the HR."""
     scale = generator.scale
     scores = scores or ImageScores(metrics, runtime.device, "--metrics")
+    partners = _lr_partners(folders, lr_folder) if lr_folder is not None else {}
     paths: list[tuple[int, Path]] = []  # (index of its folder, image)
     for index, folder in enumerate(folders):
         if folder.is_dir():
@@ -69,24 +75,36 @@ def evaluate_folders(
             found = [folder]
         else:
             raise SrganError(f"{folder}: no such file or folder")
-        paths += [(index, path) for path in found]
+        paths += [(index, path) for path in found if lr_folder is None or path in partners]
     if model:
         log.info("model: %s", model)
     network = inference_network(generator, runtime)
     images: list[dict[str, Any]] = []
     failed, folder_of = [], []
     for index, path in paths:
+        lr_path = partners.get(path)
         try:
-            hr = mod_crop(load_rgb8(path), scale)
+            hr = load_rgb8(path)
+            given_lr = load_rgb8(lr_path) if lr_path is not None else None
         except Exception as error:  # PIL raises many types for a broken file
-            reason = str(error) if isinstance(error, SrganError) else f"{path}: cannot be decoded ({first_line(error)})"
+            which = path if lr_path is None else f"{path} / {lr_path}"
+            reason = (
+                str(error) if isinstance(error, SrganError) else f"{which}: cannot be decoded ({first_line(error)})"
+            )
             log.warning("%s; skipped", reason)
             failed.append(reason)
             continue
+        if lr_path is not None and given_lr is not None:
+            fitted = fit_hr_to_lr(hr, given_lr, scale, (path, lr_path))  # None: warned, skipped
+            if fitted is None:
+                continue
+            hr = fitted
+        else:
+            hr = mod_crop(hr, scale)
         if min(hr.shape[:2]) < 2 * scale + 11:
             log.warning("skipping %s: too small to score at x%d", path, scale)
             continue
-        lr = bicubic_downscale(hr, scale)
+        lr = given_lr if given_lr is not None else bicubic_downscale(hr, scale)
         sr, bicubic, hr8 = _chw(upscale_pixels(network, lr, runtime)), _chw(bicubic_upscale(lr, scale)), _chw(hr)
         images.append(
             {
@@ -99,7 +117,10 @@ def evaluate_folders(
             images[-1]["gain_psnr"] = images[-1]["sr"]["psnr"] - images[-1]["bicubic"]["psnr"]
         folder_of.append(index)
     if not images:
-        raise SrganError(f"{', '.join(str(f) for f in folders)}: no image that decodes and is large enough to evaluate")
+        what = "image" if lr_folder is None else f"pair (with --lr {lr_folder}) whose sizes agree with x{scale},"
+        raise SrganError(
+            f"{', '.join(str(f) for f in folders)}: no {what} that decodes and is large enough to evaluate"
+        )
     per_folder = []
     if len(folders) > 1:
         for index, folder in enumerate(folders):
@@ -112,11 +133,19 @@ def evaluate_folders(
         "scale": scale,
         "metrics": list(scores.names),
         "convention": CONVENTION.format(scale=scale),
+        "lr_folder": None if lr_folder is None else str(lr_folder),  # None: LR made by bicubic downscaling
         "images": images,
         "mean": _means(images),
         "folders": per_folder,
         "failed": failed,
     }
+
+
+def _lr_partners(folders: list[Path], lr_folder: Path) -> dict[Path, Path]:
+    """HR image -> its LR partner, for `--lr`: one folder of HR images."""
+    if len(folders) != 1 or not folders[0].is_dir():
+        raise SrganError(f"--lr {lr_folder}: expected one folder of HR images beside it, got {len(folders)} paths")
+    return dict(folder_pairs(find_images(folders[0]), folders[0], lr_folder, str(folders[0]), "--lr"))
 
 
 def format_table(result: dict) -> str:
@@ -134,7 +163,8 @@ def format_table(result: dict) -> str:
     lines = [
         f"x{result['scale']}, {' / '.join(_TITLES[m] for m in metrics)}"
         + (f" on the {result['convention']}" if {"psnr", "ssim"} & set(metrics) else "")
-        + (f"; {', '.join(lower)}: on RGB, the whole image, lower is better" if lower else ""),
+        + (f"; {', '.join(lower)}: on RGB, the whole image, lower is better" if lower else "")
+        + (f"; LR inputs from {_one_line(result['lr_folder'])}" if result.get("lr_folder") else ""),
         header,
     ]
     rows = [*result["images"], None, *folder_means, {"name": "mean", **result["mean"]}]

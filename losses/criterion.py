@@ -19,6 +19,7 @@ class GeneratorCriterion(nn.Module):
     def __init__(self, config: LossConfig, d_loss: str, vgg: VGGFeatures | None = None):
         super().__init__()
         self.image_kind = config.image
+        self.sharpen = config.sharpen_targets  # which terms compare with the unsharp-masked HR
         self.adversarial = OBJECTIVES[d_loss].g_loss
         self.perceptual_criterion = config.perceptual.criterion
         self.weights = {
@@ -37,18 +38,22 @@ class GeneratorCriterion(nn.Module):
         hr: torch.Tensor,
         fake_logit: torch.Tensor | None,
         real_logit: torch.Tensor | None = None,
+        hr_sharp: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """`fake_logit` is D(G(z)) under the current D; None leaves the
         adversarial term out (the generator-only pretraining phase).
         `real_logit` is D(x) under the same D, for objectives that need it
-        (relativistic), computed without gradient."""
+        (relativistic), computed without gradient. `hr_sharp`: the unsharp-
+        masked HR (losses/sharpen.py), the target of the terms that
+        `self.sharpen` names; needed when it names image or perceptual."""
         terms: dict[str, torch.Tensor] = {}
         if self.weights["image"] > 0:
-            terms["image"] = image_loss(sr.float(), hr, self.image_kind)
+            terms["image"] = image_loss(sr.float(), self.target(hr, hr_sharp, self.sharpen.image), self.image_kind)
         if self.weights["adversarial"] > 0 and fake_logit is not None:
             terms["adversarial"] = self.adversarial(real_logit, fake_logit)
         if self.vgg is not None:
-            terms["perceptual"] = perceptual_loss(self.vgg, sr, hr, self.perceptual_criterion)
+            target = self.target(hr, hr_sharp, self.sharpen.perceptual)
+            terms["perceptual"] = perceptual_loss(self.vgg, sr, target, self.perceptual_criterion)
         if self.weights["tv"] > 0:
             terms["tv"] = tv_loss(sr.float())
         if not terms:
@@ -56,3 +61,11 @@ class GeneratorCriterion(nn.Module):
         total = sum(self.weights[name] * value for name, value in terms.items())
         assert isinstance(total, torch.Tensor)  # a sum of tensors, not sum()'s start, 0
         return total, terms
+
+    @staticmethod
+    def target(hr: torch.Tensor, hr_sharp: torch.Tensor | None, sharpened: bool) -> torch.Tensor:
+        """The HR a term compares with: the sharpened one when the config says so."""
+        if not sharpened:
+            return hr
+        assert hr_sharp is not None, "loss.sharpen_targets names this term: the step passes hr_sharp"
+        return hr_sharp

@@ -40,12 +40,14 @@ class ResidualBlock(nn.Module):
 
 
 class UpsampleBlock(nn.Module):
-    """x2 by sub-pixel convolution: conv to 4C channels, PixelShuffle(2), PReLU."""
+    """x2 (or x3) by sub-pixel convolution: conv to 4C (9C) channels,
+    PixelShuffle(2) (3), PReLU."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, factor: int = 2):
         super().__init__()
-        self.conv = nn.Conv2d(channels, channels * 4, 3, padding=1)
-        self.shuffle = nn.PixelShuffle(2)
+        self.factor = factor
+        self.conv = nn.Conv2d(channels, channels * factor**2, 3, padding=1)
+        self.shuffle = nn.PixelShuffle(factor)
         self.prelu = nn.PReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -78,19 +80,21 @@ class Generator(nn.Module):
         icnr: bool = False,
     ):
         super().__init__()
-        if scale not in (2, 4, 8):
-            raise ValueError(f"scale must be 2, 4 or 8, not {scale}")
+        if scale not in (2, 3, 4, 8):
+            raise ValueError(f"scale must be 2, 3, 4 or 8, not {scale}")
         self.scale, self.blocks, self.channels, self.norm = scale, blocks, channels, norm
         self.residual = residual
         self.head = nn.Sequential(nn.Conv2d(3, channels, 9, padding=4), nn.PReLU())
         self.body = nn.Sequential(*(ResidualBlock(channels, norm, res_scale) for _ in range(blocks)))
         self.body_end = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), norm_layer(norm, channels))
-        stages = [UpsampleBlock(channels) for _ in range(int(math.log2(scale)))]
+        # x2, x4, x8: log2(scale) x2 stages (the paper's); x3: one x3 stage (EDSR's).
+        self.factors = [3] if scale == 3 else [2] * int(math.log2(scale))
+        stages = [UpsampleBlock(channels, factor) for factor in self.factors]
         self.upsample = nn.Sequential(*stages)
         self.tail = nn.Conv2d(channels, 3, 9, padding=4)
         if icnr:
             for stage in stages:
-                icnr_init(stage.conv.weight, 2)
+                icnr_init(stage.conv.weight, stage.factor)
         if residual == "bicubic":
             nn.init.zeros_(self.tail.weight)
             assert self.tail.bias is not None  # a Conv2d's bias, by default
@@ -115,6 +119,9 @@ class Generator(nn.Module):
         # 2x faster: oneDNN runs a conv with 3 output channels poorly.
         last = self.upsample[-1]
         assert isinstance(last, UpsampleBlock) and self.tail.bias is not None  # both built so in __init__
+        if last.factor != 2:  # x3: the plain order (the rearrangement below is written for x2)
+            h = self.tail(last(h))
+            return self.bicubic(x) + h if self.residual == "bicubic" else (torch.tanh(h) + 1) / 2
         h = last.prelu(last.conv(h))
         weight = tail_before_shuffle(self.tail.weight)
         h = F.conv2d(h, weight, self.tail.bias.repeat_interleave(4), padding=weight.shape[-1] // 2)
@@ -133,9 +140,9 @@ class Generator(nn.Module):
         worst = 0
         for offset in range(self.scale):
             lo, hi = offset - 4, offset + 4  # the 9x9 tail
-            for _ in self.upsample:
-                # back through PixelShuffle(2) to the coarser grid, then its 3x3 conv
-                lo, hi = lo // 2 - 1, hi // 2 + 1
+            for factor in self.factors:
+                # back through PixelShuffle(factor) to the coarser grid, then its 3x3 conv
+                lo, hi = lo // factor - 1, hi // factor + 1
             lr_reach = 4 + 2 * self.blocks + 1  # head 9x9, two 3x3 a block, body_end 3x3
             worst = max(worst, lr_reach - lo, hi + lr_reach)
         if self.residual == "bicubic":

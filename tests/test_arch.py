@@ -138,7 +138,7 @@ def test_rrdb_tiles_start_on_unshuffle_groups_and_match_the_whole_image():
         (["model.arch=compact", "model.icnr=true"], "model.icnr: applies to model.arch srresnet only"),
         (["model.arch=rrdb", "model.scale=8"], "model.scale: expected 1, 2 or 4 with model.arch rrdb, got 8"),
         (["model.arch=rrdb", "model.scale=3"], "model.scale: expected 1, 2 or 4 with model.arch rrdb, got 3"),
-        (["model.scale=1"], "model.scale: expected 2, 4 or 8 with model.arch srresnet, got 1"),
+        (["model.scale=1"], "model.scale: expected 2, 3, 4 or 8 with model.arch srresnet, got 1"),
         (["model.arch=rrdb", "model.growth=0"], "model.growth: expected at least 1"),
         (["model.arch=rrdb", "model.blocks=128", "model.channels=512"], "model: an rrdb of 128 blocks x 512 channels"),
     ],

@@ -9,12 +9,15 @@ def srresnet_parameters(scale: int, blocks: int, c: int) -> int:
     head = 3 * c * 81 + c + 1
     block = 2 * (c * c * 9 + c) + 2 * 2 * c + 1
     body_end = c * c * 9 + c + 2 * c
-    upsample = (c * 4 * c * 9 + 4 * c + 1) * {2: 1, 4: 2, 8: 3}[scale]
+    if scale == 3:  # one stage to 9C channels
+        upsample = c * 9 * c * 9 + 9 * c + 1
+    else:
+        upsample = (c * 4 * c * 9 + 4 * c + 1) * {2: 1, 4: 2, 8: 3}[scale]
     tail = c * 3 * 81 + 3
     return head + blocks * block + body_end + upsample + tail
 
 
-@pytest.mark.parametrize("scale", [2, 4, 8])
+@pytest.mark.parametrize("scale", [2, 3, 4, 8])
 def test_generator_output_shape_and_range(scale):
     g = Generator(scale, blocks=2, channels=16)
     y = g(torch.rand(2, 3, 12, 10) * 4 - 2)  # inputs outside [0, 1] too
@@ -24,6 +27,7 @@ def test_generator_output_shape_and_range(scale):
 
 def test_parameter_counts_match_the_architecture_and_leftthomas():
     assert sum(p.numel() for p in Generator(4, 16, 64).parameters()) == srresnet_parameters(4, 16, 64)
+    assert sum(p.numel() for p in Generator(3, 2, 16).parameters()) == srresnet_parameters(3, 2, 16)
     # leftthomas/SRGAN prints these for its 5-block generator and its discriminator.
     assert sum(p.numel() for p in Generator(4, 5, 64).parameters()) == 734_219
     assert sum(p.numel() for p in Discriminator().parameters()) == 5_215_425
@@ -45,11 +49,11 @@ def reference_forward(g: Generator, x: torch.Tensor) -> torch.Tensor:
         h = h + block.bn2(block.conv2(block.prelu(block.bn1(block.conv1(h)))))
     h = skip + g.body_end(h)
     for stage in g.upsample:
-        h = stage.prelu(torch.nn.functional.pixel_shuffle(stage.conv(h), 2))
+        h = stage.prelu(torch.nn.functional.pixel_shuffle(stage.conv(h), stage.factor))
     return (torch.tanh(g.tail(h)) + 1) / 2
 
 
-@pytest.mark.parametrize("scale", [2, 4, 8])
+@pytest.mark.parametrize("scale", [2, 3, 4, 8])
 def test_the_rearranged_tail_computes_the_plain_srresnet(scale):
     torch.manual_seed(scale)
     g = Generator(scale, 2, 8).double()
@@ -61,7 +65,7 @@ def test_the_rearranged_tail_computes_the_plain_srresnet(scale):
     assert torch.allclose(ours, plain, atol=1e-10)
 
 
-@pytest.mark.parametrize("scale, blocks", [(4, 1), (2, 2), (8, 1)])
+@pytest.mark.parametrize("scale, blocks", [(4, 1), (2, 2), (8, 1), (3, 1)])
 def test_receptive_radius_is_exact(scale, blocks):
     """An input pixel `radius` LR pixels away from an output's LR pixel can
     change it; one further away cannot."""
@@ -227,3 +231,19 @@ def test_a_residual_checkpoint_loads_and_upscales_by_tiles_exactly(tmp_path):
         lr = torch.from_numpy(np.array(Image.open(photo))).permute(2, 0, 1)[None].float() / 255
         direct = (g.eval()(lr).clamp(0, 1)[0].permute(1, 2, 0) * 255).round().numpy()
     assert np.abs(outs["0"] - direct).max() <= 1
+
+
+def test_x3_takes_the_fast_start_options():
+    """One x3 stage: ICNR over 9 phases (a nearest-neighbour start), and the
+    residual generator starts as the x3 bicubic."""
+    from srgan.inference.fused import fuse_for_inference
+    from srgan.models.generator import BicubicUpsample
+
+    torch.manual_seed(2)
+    g = Generator(3, 1, 8, residual="bicubic", icnr=True).eval()
+    weight = g.upsample[0].conv.weight
+    assert torch.equal(weight, weight[::9].repeat_interleave(9, dim=0))
+    x = torch.rand(1, 3, 10, 7)
+    with torch.no_grad():
+        assert torch.equal(g(x), BicubicUpsample(3)(x))
+        assert torch.allclose(fuse_for_inference(g)(x), g(x), atol=1e-6)

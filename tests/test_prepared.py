@@ -97,7 +97,8 @@ def truncate(folder):
     "change, culprit",
     [
         (truncate, "the dataset is truncated or was changed; prepare it again"),
-        (edit_index("version", 2), "prepared in format version 2; this srgan reads version 1"),
+        (edit_index("version", 3), "prepared in format version 3; this srgan reads versions 1 and 2"),
+        (edit_index("version", 2), "a paired set without a scale of 1 to 8"),
         (edit_index("format", "lmdb"), "not an srgan prepared dataset"),
         (edit_index("images", [{"name": "x", "height": 10**6, "width": 10**6, "offset": 0}]), "image 0 is damaged"),
         (lambda folder: (folder / "index.json").write_text("{not json"), "not a readable index"),

@@ -25,7 +25,8 @@ from tqdm import tqdm
 
 from srgan.configs import Config, SrganError, first_line
 from srgan.configs.schema import TrainConfig
-from srgan.data import EpochSampler, TrainPairs, open_images
+from srgan.data import EpochSampler
+from srgan.data.paired import open_image_set, training_crops
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.inference.metrics import ImageScores, better, worst_score
@@ -109,17 +110,18 @@ class Trainer:
         seed_everything(t.seed)
 
         # Inputs first: a mistake in them must not touch a run folder.
-        train_images = open_images(config.data.train, "data.train", config.data.crop_size, config.data.cache_mb)
+        d, scale = config.data, config.model.scale
+        train_images = open_image_set(
+            d.train, d.train_lr, "data.train", "data.train_lr", scale, d.crop_size, d.cache_mb
+        )
         self.val_images, self.bicubic = None, dict[str, float]()
-        if config.data.val:
+        if d.val:
             # the SSIM window (11 px) must fit once `scale` px are shaved from each border
-            val_images = open_images(config.data.val, "data.val", 2 * config.model.scale + 11)
+            val_images = open_image_set(d.val, d.val_lr, "data.val", "data.val_lr", scale, 2 * scale + 11)
             # the learned metrics' weights: a missing file stops the run here, before any work
             self.scores = ImageScores(t.val_metrics, self.runtime.device, "train.val_metrics")
-            self.val_images, self.bicubic = checked_validation_set(
-                val_images, config.model.scale, config.data.val_max_size, self.scores
-            )
-        self.dataset = TrainPairs(train_images, config.data.crop_size, config.model.scale, config.data.repeat, t.seed)
+            self.val_images, self.bicubic = checked_validation_set(val_images, scale, d.val_max_size, self.scores)
+        self.dataset = training_crops(train_images, d.crop_size, scale, d.repeat, t.seed)
         self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed, world.rank, world.size)
         self.loader = DataLoader(
             self.dataset,

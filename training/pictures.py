@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from srgan.data import ValImages, bicubic_downscale, to_tensor
+from srgan.data.paired import PairedValImages, aligned_centre_crop
 from srgan.files import check_output, write_file
 from srgan.inference.compare import GAP, side_by_side
 from srgan.inference.imageio import write_png
@@ -36,7 +37,12 @@ class SampleSheet:
         self.crops: list[tuple[torch.Tensor, np.ndarray]] = []
         side = SAMPLE_LR_SIDE * images.scale
         for i in range(min(SAMPLE_COUNT, len(images))):
-            _, _, hr = images[i]
+            _, lr, hr = images[i]
+            if isinstance(images, PairedValImages):  # the given LR, centre crops aligned
+                lr8, hr8 = (quantize(t).permute(1, 2, 0).numpy() for t in (lr, hr))
+                lr_crop, hr_crop = aligned_centre_crop(lr8, hr8, self.scale, side)
+                self.crops.append((to_tensor(lr_crop), np.ascontiguousarray(hr_crop)))
+                continue
             hr8 = quantize(hr).permute(1, 2, 0).numpy()
             h, w = hr8.shape[:2]
             c = min(side, h - h % self.scale, w - w % self.scale)

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from srgan.losses import OBJECTIVES, GeneratorCriterion, image_loss
+from srgan.losses.sharpen import unsharp_mask
 from srgan.models import Runtime
 from srgan.training.distributed import unwrap
 
@@ -34,7 +35,11 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     sync here), means over the micro-batches: d_loss, g_loss, d_score = mean
     D(x), g_score = mean D(G(z)), and the generator's loss terms."""
     G, D, scaler, objective = parts.generator, parts.discriminator, parts.scaler, OBJECTIVES[parts.d_loss]
-    micro = list(zip(lr.chunk(parts.accumulate), hr.chunk(parts.accumulate), strict=True))
+    # The unsharp-masked HR (loss.sharpen_targets), once a batch, without gradient;
+    # D's real examples are the sharpened ones when the adversarial term asks.
+    hr_sharp = unsharp_mask(hr) if parts.criterion.sharpen.any else hr
+    hr_for_d = hr_sharp if parts.criterion.sharpen.adversarial else hr
+    micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, hr_sharp, hr_for_d)), strict=True))
     k = len(micro)
 
     # 1. The generator runs once; its graph serves both updates. With several
@@ -43,14 +48,14 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     # fakes made without a graph, and G runs again in step 3, one micro-batch
     # (one graph) at a time: one more forward, without gradient, a micro-batch.
     with parts.runtime.autocast(), torch.set_grad_enabled(k == 1):
-        fakes = [G(x) for x, _ in micro]
+        fakes = [G(x) for x, *_ in micro]
 
     # 2. D step: minimise d_loss on D(x) and D(G(z)).
     parts.optimizer_d.zero_grad(set_to_none=True)
     d_rows = []
-    for fake, (_, real) in zip(fakes, micro, strict=True):
+    for fake, (_, _, _, real_for_d) in zip(fakes, micro, strict=True):
         with parts.runtime.autocast():
-            real_logit = D(real)
+            real_logit = D(real_for_d)
             fake_logit = D(fake.detach() if parts.update == "detach" else fake)
         d_loss = objective.d_loss(real_logit, fake_logit)
         if parts.update == "retain_graph":
@@ -86,13 +91,13 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     judge = unwrap(D)
     parts.optimizer_g.zero_grad(set_to_none=True)
     g_rows = []
-    for fake, (x, real) in zip(fakes, micro, strict=True):
+    for fake, (x, real, real_sharp, real_for_d) in zip(fakes, micro, strict=True):
         with parts.runtime.autocast():
             if k > 1:  # made without a graph in step 1
                 fake = G(x)
             with torch.no_grad():
-                real_logit_g = judge(real) if objective.needs_real else None
-            g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g)
+                real_logit_g = judge(real_for_d) if objective.needs_real else None
+            g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g, real_sharp)
         scaler.scale(g_loss / k).backward()
         g_rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
     D.requires_grad_(True)
@@ -112,17 +117,20 @@ def generator_step(
     """G alone, on its criterion without the adversarial term (SRResNet
     training), or on the image loss only (`image_only`: the pretraining
     phase before the GAN); gradients of the micro-batches summed as in gan_step."""
-    micro = list(zip(lr.chunk(parts.accumulate), hr.chunk(parts.accumulate), strict=True))
+    criterion = parts.criterion
+    hr_sharp = unsharp_mask(hr) if criterion.sharpen.any else hr  # as in gan_step
+    micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, hr_sharp)), strict=True))
     parts.optimizer_g.zero_grad(set_to_none=True)
     rows = []
-    for x, real in micro:
+    for x, real, real_sharp in micro:
         with parts.runtime.autocast():
             fake = parts.generator(x)
             if image_only:
-                terms = {"image": image_loss(fake.float(), real, parts.criterion.image_kind)}
+                target = criterion.target(real, real_sharp, criterion.sharpen.image)
+                terms = {"image": image_loss(fake.float(), target, criterion.image_kind)}
                 g_loss = terms["image"]
             else:
-                g_loss, terms = parts.criterion(fake, real, None)
+                g_loss, terms = criterion(fake, real, None, None, real_sharp)
         parts.scaler.scale(g_loss / len(micro)).backward()
         rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
     parts.scaler.step(parts.optimizer_g)

@@ -12,6 +12,7 @@ from PIL import Image
 
 from srgan.configs import SrganError
 from srgan.data import FolderImages, PreparedImages, ValImages
+from srgan.data.paired import PairedImages, validation_images
 from srgan.inference.metrics import ImageScores, quantize
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
@@ -28,13 +29,14 @@ def bicubic_upscale(lr: torch.Tensor, scale: int) -> torch.Tensor:
 
 
 def checked_validation_set(
-    images: FolderImages | PreparedImages, scale: int, max_size: int, scores: ImageScores
+    images: FolderImages | PreparedImages | PairedImages, scale: int, max_size: int, scores: ImageScores
 ) -> tuple[ValImages, dict[str, float]]:
     """The validation images that decode, and the mean scores of bicubic
-    upscaling on them: the figures to beat. Every image is decoded once here,
-    before training, so that a file broken past its header is skipped with a
-    warning now rather than failing the first validation hours later."""
-    every = ValImages(images, scale, max_size)
+    upscaling on them (of the given LR images with paired data): the figures
+    to beat. Every image is decoded once here, before training, so that a
+    file broken past its header is skipped with a warning now rather than
+    failing the first validation hours later."""
+    every = validation_images(images, scale, max_size)
     usable: list[int] = []
     sums = dict.fromkeys(scores.names, 0.0)
     for i in range(len(every)):
@@ -49,7 +51,7 @@ def checked_validation_set(
     if not usable:
         raise SrganError(f"data.val: none of the {len(images)} images can be decoded")
     means = {name: total / len(usable) for name, total in sums.items()}
-    return ValImages(images.select(usable), scale, max_size), means
+    return validation_images(images.select(usable), scale, max_size), means
 
 
 def validate(
