@@ -202,6 +202,7 @@ def test_refusals_are_one_line_and_leave_nothing_behind(checkpoints, tmp_path):
     assert_refused(run_cli("export", not_a_checkpoint, "-o", tmp_path / "x.onnx"), "notes.pt")
     assert_refused(run_cli("export", tmp_path / "missing", "-o", tmp_path / "y.onnx"), "missing")
     assert_refused(run_cli("export", checkpoints["compact"], "-o", tmp_path / "z.pth", "--opset", "18"), "--opset")
+    assert_refused(run_cli("export", checkpoints["compact"], "-o", tmp_path / "w.onnx", "--opset", "17"), "18 to 23")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.pt", "taken.onnx"]
 
 
