@@ -65,6 +65,8 @@ def bench_upscale(
             f"{plain_bytes / 2**30:.0f} GiB, more than the {available / 2**30:.0f} GiB available; "
             "use --no-baseline or a smaller --size"
         )
+    # a missing extra or a bad file is refused before the timing
+    session = onnxruntime_session(onnx) if onnx is not None else None
     generator = generator.eval()
     network = inference_network(generator, runtime)
     image = test_photo(width, height)
@@ -88,7 +90,7 @@ def bench_upscale(
     }
     if onnx is not None:
         upscaled = upscale_pixels(network, image, runtime)
-        result.update(bench_onnxruntime(onnx, image, upscaled, statistics.median(ours), iters, warmup))
+        result.update(bench_onnxruntime(session, onnx, image, upscaled, statistics.median(ours), iters, warmup))
     if not baseline:
         return result
 
@@ -123,21 +125,11 @@ def bench_upscale(
 
 
 def bench_onnxruntime(
-    path: Path, image: np.ndarray, upscaled: np.ndarray, torch_median_s: float, iters: int, warmup: int
+    session, path: Path, image: np.ndarray, upscaled: np.ndarray, torch_median_s: float, iters: int, warmup: int
 ) -> dict:
     """onnxruntime (CPU) on the same image, the whole image at once, with as
     many threads as torch uses; its 8-bit output compared with srgan's. Timed
     as srgan's path is, from 8-bit pixels to 8-bit pixels."""
-    from srgan.inference.export import onnx_session, require_export_extra
-
-    require_export_extra("--onnx")
-    if not Path(path).is_file():
-        raise SrganError(f"{path}: no such ONNX file")
-    threads = torch.get_num_threads()
-    try:
-        session = onnx_session(str(path), threads)
-    except Exception as error:  # onnxruntime's own exception types: not an ONNX file, an unknown op...
-        raise SrganError(f"{path}: onnxruntime cannot load it ({first_line(error)})") from None
     graph_input = session.get_inputs()[0]
     dtype = np.float16 if graph_input.type == "tensor(float16)" else np.float32
     outputs: list[np.ndarray] = []
@@ -158,12 +150,25 @@ def bench_onnxruntime(
         "onnx": str(path),
         "onnx_runtime": f"onnxruntime {onnxruntime_version()} CPUExecutionProvider",
         "onnx_input_type": graph_input.type,
-        "onnx_threads": threads,
+        "onnx_threads": session.get_session_options().intra_op_num_threads,
         "onnx_median_s": statistics.median(times),
         "onnx_min_s": min(times),
         "onnx_over_torch": statistics.median(times) / torch_median_s,
         "onnx_max_level_diff": int(np.abs(levels.astype(np.int16) - upscaled.astype(np.int16)).max()),
     }
+
+
+def onnxruntime_session(path: Path):
+    """A CPU session of the file with torch's thread count, or a one-line refusal."""
+    from srgan.inference.export import onnx_session, require_export_extra
+
+    require_export_extra("--onnx", ("onnxruntime",))
+    if not Path(path).is_file():
+        raise SrganError(f"{path}: no such ONNX file")
+    try:
+        return onnx_session(str(path), torch.get_num_threads())
+    except Exception as error:  # onnxruntime's own exception types: not an ONNX file, an unknown op...
+        raise SrganError(f"{path}: onnxruntime cannot load it ({first_line(error)})") from None
 
 
 def onnxruntime_version() -> str:

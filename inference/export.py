@@ -175,12 +175,15 @@ class OnnxNetwork(nn.Module):
         return self.network(x.to(self.dtype)).float().clamp(0, 1)
 
 
-def require_export_extra(what: str) -> None:
-    import importlib.util
+def require_export_extra(what: str, modules: tuple[str, ...] = ("onnx", "onnxscript", "onnxruntime")) -> None:
+    """One line naming the extra to install when a module of it is missing."""
+    import importlib
 
-    missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise SrganError(f"{what} needs {', '.join(missing)}: pip install 'srgan[export]'")
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise SrganError(f"{what} needs {name}, which is not installed: pip install 'srgan[export]'") from None
 
 
 def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int) -> bytes:
