@@ -151,6 +151,17 @@ def test_safetensors_carries_the_model_section_and_rebuilds_the_network(name, ch
     assert torch.equal(srgan_output(rebuilt, x), ours(checkpoints[name], x))
 
 
+def test_a_run_folder_exports_its_last_checkpoint(tiny_run, tmp_path):
+    """`srgan export runs/mine -o mine.safetensors`: the run's checkpoints/last.pt."""
+    from safetensors.torch import load_file
+
+    target = tmp_path / "mine.safetensors"
+    assert_exported(run_cli("export", tiny_run, "-o", target), target)
+    expected = load_generator(tiny_run / "checkpoints" / "last.pt").state_dict()
+    written = load_file(str(target))
+    assert written.keys() == expected.keys() and all(torch.equal(written[k], v) for k, v in expected.items())
+
+
 def test_the_weights_exported_are_the_ema_weights_when_the_run_kept_them(tmp_path):
     from safetensors.torch import load_file
 
