@@ -1,6 +1,7 @@
 """`srgan bench upscale`: the project's upscaling path (tiled, channels_last,
 inference_mode, the precision rules) against a plain fp32 NCHW forward of
-the same generator, timed in one run."""
+the same generator, and with --onnx against onnxruntime running the
+exported graph (srgan export), timed in one run."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import copy
 import dataclasses
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
 from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
-from srgan.configs import SrganError
+from srgan.configs import SrganError, first_line
 from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
 from srgan.inference.upscale import check_upscale_memory, inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
@@ -44,7 +46,14 @@ def timed(fn, iters: int, warmup: int, device: torch.device) -> list[float]:
 
 
 def bench_upscale(
-    generator: SRGenerator, runtime: Runtime, width: int, height: int, iters: int, warmup: int, baseline: bool = True
+    generator: SRGenerator,
+    runtime: Runtime,
+    width: int,
+    height: int,
+    iters: int,
+    warmup: int,
+    baseline: bool = True,
+    onnx: Path | None = None,
 ) -> dict:
     check_upscale_memory("--size", width, height, 1, generator.scale, None)
     available = available_ram()
@@ -56,6 +65,8 @@ def bench_upscale(
             f"{plain_bytes / 2**30:.0f} GiB, more than the {available / 2**30:.0f} GiB available; "
             "use --no-baseline or a smaller --size"
         )
+    # a missing extra or a bad file is refused before the timing
+    session = onnxruntime_session(onnx) if onnx is not None else None
     generator = generator.eval()
     network = inference_network(generator, runtime)
     image = test_photo(width, height)
@@ -77,6 +88,9 @@ def bench_upscale(
         "peak_rss_mb": round(peak_rss_mb(), 1),  # before the baseline's whole-image forward
         **machine(),
     }
+    if onnx is not None:
+        upscaled = upscale_pixels(network, image, runtime)
+        result.update(bench_onnxruntime(session, onnx, image, upscaled, statistics.median(ours), iters, warmup))
     if not baseline:
         return result
 
@@ -108,3 +122,56 @@ def bench_upscale(
         }
     )
     return result
+
+
+def bench_onnxruntime(
+    session, path: Path, image: np.ndarray, upscaled: np.ndarray, torch_median_s: float, iters: int, warmup: int
+) -> dict:
+    """onnxruntime (CPU) on the same image, the whole image at once, with as
+    many threads as torch uses; its 8-bit output compared with srgan's. Timed
+    as srgan's path is, from 8-bit pixels to 8-bit pixels."""
+    graph_input = session.get_inputs()[0]
+    dtype = np.float16 if graph_input.type == "tensor(float16)" else np.float32
+    outputs: list[np.ndarray] = []
+
+    def run() -> None:
+        x = (image.transpose(2, 0, 1)[None].astype(np.float32) / 255).astype(dtype)
+        (y,) = session.run(None, {graph_input.name: x})
+        outputs[:] = [np.rint(np.clip(y[0].astype(np.float32), 0, 1) * 255).astype(np.uint8).transpose(1, 2, 0)]
+
+    times = timed(run, iters, warmup, torch.device("cpu"))
+    levels = outputs[0]
+    if levels.shape != upscaled.shape:
+        raise SrganError(
+            f"{path}: its output is {levels.shape[1]}x{levels.shape[0]}, "
+            f"srgan's {upscaled.shape[1]}x{upscaled.shape[0]}: not the same model"
+        )
+    return {
+        "onnx": str(path),
+        "onnx_runtime": f"onnxruntime {onnxruntime_version()} CPUExecutionProvider",
+        "onnx_input_type": graph_input.type,
+        "onnx_threads": session.get_session_options().intra_op_num_threads,
+        "onnx_median_s": statistics.median(times),
+        "onnx_min_s": min(times),
+        "onnx_over_torch": statistics.median(times) / torch_median_s,
+        "onnx_max_level_diff": int(np.abs(levels.astype(np.int16) - upscaled.astype(np.int16)).max()),
+    }
+
+
+def onnxruntime_session(path: Path):
+    """A CPU session of the file with torch's thread count, or a one-line refusal."""
+    from srgan.inference.export import onnx_session, require_export_extra
+
+    require_export_extra("--onnx", ("onnxruntime",))
+    if not Path(path).is_file():
+        raise SrganError(f"{path}: no such ONNX file")
+    try:
+        return onnx_session(str(path), torch.get_num_threads())
+    except Exception as error:  # onnxruntime's own exception types: not an ONNX file, an unknown op...
+        raise SrganError(f"{path}: onnxruntime cannot load it ({first_line(error)})") from None
+
+
+def onnxruntime_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__

@@ -133,11 +133,20 @@ def upscale(
             help="Also time a plain fp32 NCHW forward.",
         ),
     ] = True,
+    onnx: Annotated[
+        Path | None,
+        typer.Option(
+            "--onnx",
+            help="Also time this ONNX file (srgan export) in onnxruntime on the CPU, on the same image "
+            "with as many threads; compare with --precision fp32.",
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
-    """Megapixels/s and peak memory of srgan upscale, and its speedup over a plain fp32 NCHW forward."""
+    """Megapixels/s and peak memory of srgan upscale, and its speedup over a plain fp32 NCHW forward
+    (and onnxruntime's time with --onnx)."""
     from srgan.configs import SrganError, load_config
 
     width, height = frame_size(size, "512x512")
@@ -148,15 +157,22 @@ def upscale(
 
     runtime = runtime_from_options(device, precision)
     generator = bench_generator(checkpoint, load_config(config, overrides or []))
-    result = bench_upscale(generator, runtime, width, height, iters, warmup, baseline)
+    result = bench_upscale(generator, runtime, width, height, iters, warmup, baseline, onnx)
     if as_json:
         typer.echo(json.dumps(result))
         return
     typer.echo(
-        f"upscale {width}x{height} x{result['scale']}: {result['median_s']:.3f} s median, "
-        f"{result['output_mp_per_s']:.2f} output MP/s; {result['device']} {result['precision']}, "
-        f"tile {result['tile'] or 'none'}, peak RSS {result['peak_rss_mb']:.0f} MB"
+        f"upscale {width}x{height} x{result['scale']} ({result['arch']}): {result['median_s']:.3f} s median, "
+        f"{result['output_mp_per_s']:.2f} output MP/s; torch {result['torch']} {result['device']} "
+        f"{result['precision']}, {result['threads']} threads, tile {result['tile'] or 'none'}, "
+        f"peak RSS {result['peak_rss_mb']:.0f} MB"
     )
+    if onnx is not None:
+        typer.echo(
+            f"{result['onnx_runtime']}, {result['onnx_threads']} threads, input {result['onnx_input_type']}: "
+            f"{result['onnx_median_s']:.3f} s median, {result['onnx_over_torch']:.2f}x torch's time; "
+            f"outputs differ by at most {result['onnx_max_level_diff']} 8-bit levels"
+        )
     if baseline:
         typer.echo(
             f"plain fp32 NCHW forward: {result['baseline_median_s']:.3f} s: {result['speedup']:.2f}x faster; "

@@ -1,0 +1,46 @@
+"""`srgan export`: a model leaves the project as .onnx, .safetensors or a BasicSR .pth
+(the work in inference/export.py; docs/export.md says how to run each)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def export(
+    source: Annotated[
+        Path, typer.Argument(help="A run folder, a checkpoint, or any generator file srgan upscale reads.")
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="The file to write; its extension picks the format: .onnx/.safetensors/.pth."
+        ),
+    ],
+    fp16: Annotated[
+        bool,
+        typer.Option("--fp16", help="Half-precision weights (and, for .onnx, compute; its input/output stay float32)."),
+    ] = False,
+    opset: Annotated[int | None, typer.Option("--opset", help="The ONNX opset (18 to 23; default 18).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing FILE.")] = False,
+) -> None:
+    """Write a trained generator for other tools: ONNX (onnxruntime, chaiNNer), safetensors
+    (srgan, spandrel), or BasicSR's .pth (Real-ESRGAN's scripts, chaiNNer); checked by
+    reading it back before it is written."""
+    from srgan.files import check_output
+    from srgan.inference.export import CHECK_SHAPES, export_format, export_generator
+    from srgan.models import resolve_checkpoint_path
+    from srgan.models.checkpoint import load_generator
+
+    export_format(output)  # a bad extension or an existing file is refused before the model is read
+    checkpoint = resolve_checkpoint_path(source)
+    check_output(output, force, (checkpoint,))
+    report = export_generator(load_generator(checkpoint), output, fp16, opset, force, (checkpoint,))
+    opset_part = f", opset {report.opset}" if report.opset is not None else ""
+    typer.echo(
+        f"{report.path}: {report.arch} x{report.scale}, {report.format} {report.precision}{opset_part}; "
+        f"read back and run on {' and '.join('x'.join(map(str, s)) for s in CHECK_SHAPES)}: largest difference "
+        f"from srgan's fp32 output {report.max_abs_diff:.2e} (tolerance {report.tolerance:.0e})"
+    )

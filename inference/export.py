@@ -1,0 +1,361 @@
+"""`srgan export`: how a generator leaves the project, one function per
+format (the target's extension picks it):
+
+    .onnx          the eval-mode network (BatchNorm folded), input "input" N x 3 x H x W
+                   float32 RGB in [0, 1], output "output" the same at the model's scale,
+                   clamped to [0, 1] as `srgan upscale` clamps; batch, height, width dynamic
+    .safetensors   the generator's weights, with metadata srgan_model / arch / scale
+    .pth           BasicSR's {"params_ema": state dict}, for rrdb and compact (the
+                   architectures BasicSR has)
+
+Each file is checked by reading its bytes back before anything is written:
+onnxruntime runs the graph on an odd size and a second one and is compared
+with srgan's own fp32 output; the weight files are loaded into a fresh
+network (for safetensors, one built from its metadata alone) whose output is
+compared likewise. A file that would compute something else is refused and
+never written; the one that passes is written atomically (srgan.files)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from srgan.configs import SrganError, config_from_dict, config_to_dict
+from srgan.files import check_output, write_bytes
+from srgan.inference.fused import fuse_for_inference
+from srgan.models import Generator, SRGenerator, build_generator
+from srgan.models.rrdb import RRDBNet
+
+FORMATS = (".onnx", ".safetensors", ".pth")
+DEFAULT_OPSET = 18  # the opset torch's dynamo exporter writes natively (onnxscript's torchlib)
+# Those tested here; below 18 the exporter converts versions, and where it cannot (Pad
+# for 17) it keeps 18 with a warning.
+OPSETS = range(18, 24)
+# The largest |difference| from srgan's fp32 output, on outputs in [0, 1], a file may
+# show. Measured on the presets' networks with random weights (srresnet_x4, esrgan_x4's
+# 23-block RRDBNet, compact_x4): fp32 graphs 6e-8, 1.4e-6, 6e-8 (rounding alone; 1e-4
+# is a fortieth of an 8-bit level); fp16 keeps 11 bits: 2.6e-5, 1.3e-3, 2.2e-5 (1e-2
+# is two and a half 8-bit levels). fp32 weight files give exactly srgan's output.
+TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
+# The checks' inputs: an odd size (no side a multiple of 2 or 4: rrdb x1 and x2 pad
+# it), then another batch and size (sides multiples of 4: no padding), which proves
+# the dynamic axes. The exporter traces a third shape, so neither is the traced one.
+CHECK_SHAPES = ((1, 3, 37, 23), (2, 3, 24, 32))
+TRACE_SHAPE = (2, 3, 29, 19)  # batch 2: a traced batch of 1 would be fixed at 1
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    path: Path
+    format: str  # onnx, safetensors or pth
+    arch: str
+    scale: int
+    precision: str  # fp32 or fp16 (the weights, and for onnx the compute)
+    max_abs_diff: float  # against srgan's fp32 output, over CHECK_SHAPES
+    tolerance: float
+    opset: int | None = None  # onnx only
+
+
+def export_format(path: Path) -> str:
+    """The format FILE's extension names, or a one-line refusal."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise SrganError(f"{path}: unknown export format {suffix or '(no extension)'!r}; expected {'/'.join(FORMATS)}")
+    return suffix[1:]
+
+
+def export_generator(
+    generator: SRGenerator,
+    path: Path,
+    fp16: bool = False,
+    opset: int | None = None,
+    overwrite: bool = False,
+    inputs: tuple[Path, ...] = (),
+) -> ExportReport:
+    """Write `generator` to `path` in the format its extension names, checked
+    by reading it back first (see the module's docstring)."""
+    kind = export_format(path)
+    if opset is not None and kind != "onnx":
+        raise SrganError(f"--opset: applies to .onnx only, not .{kind}")
+    if opset is not None and opset not in OPSETS:
+        raise SrganError(f"--opset: expected {OPSETS.start} to {OPSETS.stop - 1}, got {opset}")
+    check_output(path, overwrite, inputs)  # before the slow part
+    generator = generator.eval().float().cpu()
+    precision = "fp16" if fp16 else "fp32"
+    if kind == "onnx":
+        opset = opset or DEFAULT_OPSET
+        data = onnx_bytes(generator, fp16, opset)
+        diff = check_onnx(data, generator, precision, path)
+    elif kind == "safetensors":
+        data = safetensors_bytes(generator, fp16)
+        diff = check_safetensors(data, generator, precision, path)
+    else:
+        data = basicsr_pth_bytes(generator, fp16, path)
+        diff = check_basicsr_pth(data, generator, precision, path)
+    write_bytes(path, data, overwrite=overwrite, inputs=inputs)
+    return ExportReport(Path(path), kind, generator.arch, generator.scale, precision, diff, TOLERANCE[precision], opset)
+
+
+def model_section(generator: SRGenerator) -> dict[str, Any]:
+    """The generator's resolved `model` config section, as a checkpoint's
+    config["model"] holds it: what build_generator needs to rebuild it (from
+    the network itself, so any file load_generator reads has one). icnr only
+    changes the initial weights and is written false; init_from is null."""
+    values: dict[str, Any] = {
+        "arch": generator.arch,
+        "scale": generator.scale,
+        "blocks": generator.blocks,
+        "channels": generator.channels,
+    }
+    if isinstance(generator, Generator):
+        first = generator.body[0] if len(generator.body) else None
+        res_scale = getattr(first, "res_scale", 1.0)
+        values |= {"norm": generator.norm, "residual": generator.residual, "res_scale": res_scale}
+    elif isinstance(generator, RRDBNet):
+        values["growth"] = generator.growth
+    return config_to_dict(config_from_dict({"model": values}, "the exported generator"))["model"]
+
+
+# ---- the check input and srgan's own output ------------------------------------------
+
+
+def check_input(shape: tuple[int, ...]) -> torch.Tensor:
+    """A deterministic photo-like input in [0, 1]: smooth colour gradients
+    with fine texture (random weights on plain noise put most outputs at the
+    clamp, where every file agrees)."""
+    batch, channels, height, width = shape
+    y = torch.linspace(0, 1, height).view(1, 1, height, 1)
+    x = torch.linspace(0, 1, width).view(1, 1, 1, width)
+    phase = torch.arange(batch * channels, dtype=torch.float32).view(batch, channels, 1, 1)
+    texture = torch.rand(shape, generator=torch.Generator().manual_seed(0))
+    return (0.35 + 0.25 * torch.sin(6 * x + 4 * y + phase) + 0.2 * texture).clamp(0, 1)
+
+
+def srgan_output(generator: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """What `srgan upscale` computes before quantising: the fp32 eval-mode
+    network, clamped to [0, 1]."""
+    with torch.no_grad():
+        return generator.eval()(x).float().clamp(0, 1)
+
+
+def refuse_above(diff: float, precision: str, path: Path, what: str) -> float:
+    if not diff <= TOLERANCE[precision]:  # NaN fails too
+        raise SrganError(
+            f"{path}: not written: {what} differs from srgan's fp32 output by up to {diff:.2e}, "
+            f"above the {precision} tolerance {TOLERANCE[precision]:.0e}"
+        )
+    return diff
+
+
+# ---- .onnx --------------------------------------------------------------------------
+
+
+class OnnxNetwork(nn.Module):
+    """What the ONNX graph computes: float32 in, the network in fp32 or fp16,
+    float32 out, clamped to [0, 1]. The input and output stay float32 in
+    both: chaiNNer reads the input's type and feeds either, and one script
+    then runs both files."""
+
+    def __init__(self, network: nn.Module, fp16: bool):
+        super().__init__()
+        self.dtype = torch.float16 if fp16 else torch.float32
+        self.network = network.to(self.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(x.to(self.dtype)).float().clamp(0, 1)
+
+
+def require_export_extra(what: str, modules: tuple[str, ...] = ("onnx", "onnxscript", "onnxruntime")) -> None:
+    """One line naming the extra to install when a module of it is missing."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise SrganError(f"{what} needs {name}, which is not installed: pip install 'srgan[export]'") from None
+
+
+def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int) -> bytes:
+    """The ONNX graph of the generator's inference network, serialised.
+
+    torch's dynamo exporter (torch.export, then onnxscript): the legacy
+    TorchScript exporter cannot export SRResNet, whose tail weight is
+    computed in forward(). Dim.AUTO rather than named dims: rrdb x1/x2's
+    padding branches on the side's remainder, which named dims refuse; the
+    axes AUTO leaves dynamic are checked below, and check_onnx runs two sizes."""
+    require_export_extra("export to .onnx")
+    network = OnnxNetwork(fuse_for_inference(generator), fp16).eval()
+    auto = torch.export.Dim.AUTO
+    with quiet_exporter():
+        program = torch.onnx.export(
+            network,
+            (check_input(TRACE_SHAPE),),
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_shapes={"x": {0: auto, 2: auto, 3: auto}},
+            opset_version=opset,
+            dynamo=True,
+            verbose=False,
+        )
+    assert program is not None  # the dynamo exporter returns its program
+    model = program.model_proto
+    written = {entry.domain: entry.version for entry in model.opset_import}.get("", None)
+    if written != opset:  # the exporter converts down (or not) on its own, with a warning at most
+        raise SrganError(f"--opset {opset}: torch's exporter wrote opset {written} instead")
+    for axis in (0, 2, 3):
+        if model.graph.input[0].type.tensor_type.shape.dim[axis].dim_param == "":
+            raise RuntimeError(f"the exporter fixed the input's axis {axis}: the graph would take one size only")
+    strip_trace_metadata(model)
+    for key, value in weights_metadata(generator).items():
+        model.metadata_props.add(key=key, value=value)
+    return model.SerializeToString()
+
+
+def strip_trace_metadata(model) -> None:
+    """The exporter annotates every node and value with its Python stack
+    trace and FX names: the exporting machine's paths, in a file meant to be
+    shared. The graph does not need them."""
+    graph = model.graph
+    for item in (*graph.node, *graph.value_info, *graph.input, *graph.output, *graph.initializer):
+        del item.metadata_props[:]
+    for function in model.functions:
+        for node in function.node:
+            del node.metadata_props[:]
+
+
+@contextlib.contextmanager
+def quiet_exporter():
+    """The exporter's progress lines and its warnings about specialised dims
+    (checked in onnx_bytes) are not for the user."""
+    loggers = [logging.getLogger(name) for name in ("torch.export", "torch._export", "torch.onnx", "torch._dynamo")]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def onnx_session(model: bytes | str, threads: int | None = None):
+    """An onnxruntime CPU session (the `export` extra's onnxruntime)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # errors only: its warnings about unused initialisers are noise
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def check_onnx(data: bytes, generator: SRGenerator, precision: str, path: Path) -> float:
+    """Run the graph in onnxruntime on CHECK_SHAPES; the largest difference
+    from srgan's fp32 output, or a refusal above the tolerance."""
+    session = onnx_session(data)
+    diff = 0.0
+    for shape in CHECK_SHAPES:
+        x = check_input(shape)
+        expected = srgan_output(generator, x)
+        (got,) = session.run(["output"], {"input": x.numpy()})
+        if tuple(got.shape) != tuple(expected.shape):
+            raise RuntimeError(f"onnxruntime gave {got.shape} for {shape}, srgan {tuple(expected.shape)}")
+        diff = max(diff, float((torch.from_numpy(got) - expected).abs().max()))
+    return refuse_above(diff, precision, path, "onnxruntime's output")
+
+
+# ---- .safetensors and .pth ------------------------------------------------------------
+
+
+def weights_metadata(generator: SRGenerator) -> dict[str, str]:
+    """What a reader needs to rebuild the network (h-load's contract):
+    srgan_model, the JSON of the resolved model section; arch; scale."""
+    return {
+        "srgan_model": json.dumps(model_section(generator)),
+        "arch": generator.arch,
+        "scale": str(generator.scale),
+    }
+
+
+def export_state_dict(generator: SRGenerator, fp16: bool) -> dict[str, torch.Tensor]:
+    """The weights as separate contiguous tensors; floating ones halved for --fp16."""
+    state = {}
+    for name, tensor in generator.state_dict().items():
+        tensor = tensor.detach().cpu()
+        if fp16 and tensor.is_floating_point():
+            tensor = tensor.half()
+        state[name] = tensor.contiguous().clone()
+    return state
+
+
+def safetensors_bytes(generator: SRGenerator, fp16: bool) -> bytes:
+    from srgan.models.checkpoint import check_finite
+
+    try:
+        from safetensors.torch import save
+    except ImportError:
+        raise SrganError("export to .safetensors needs safetensors: pip install 'srgan[interop]'") from None
+    state = export_state_dict(generator, fp16)
+    check_finite(state, "the generator")
+    return save(state, metadata=weights_metadata(generator))
+
+
+def check_safetensors(data: bytes, generator: SRGenerator, precision: str, path: Path) -> float:
+    """Rebuild the network from the file alone (its metadata and weights) and
+    compare its output with the source's."""
+    from safetensors.torch import load
+
+    header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
+    metadata = header.get("__metadata__", {})
+    if set(metadata) != {"srgan_model", "arch", "scale"}:
+        raise RuntimeError(f"the safetensors header lacks srgan's metadata: {sorted(metadata)}")
+    config = config_from_dict({"model": json.loads(metadata["srgan_model"])}, f"{path}: srgan_model")
+    rebuilt = build_generator(config.model)
+    rebuilt.load_state_dict(load(data), strict=True)  # load_state_dict casts fp16 weights to the network's fp32
+    return compare_networks(rebuilt, generator, precision, path)
+
+
+def basicsr_pth_bytes(generator: SRGenerator, fp16: bool, path: Path) -> bytes:
+    if isinstance(generator, Generator):
+        raise SrganError(
+            f"{path}: BasicSR has no SRGAN SRResNet (its MSRResNet is another network), so no "
+            "BasicSR .pth of an srresnet model exists; export to .safetensors or .onnx"
+        )
+    from srgan.models.checkpoint import check_finite
+
+    state = export_state_dict(generator, fp16)
+    check_finite(state, "the generator")
+    buffer = io.BytesIO()
+    torch.save({"params_ema": state}, buffer)
+    return buffer.getvalue()
+
+
+def check_basicsr_pth(data: bytes, generator: SRGenerator, precision: str, path: Path) -> float:
+    """Read the file back as srgan reads any .pth (weights_only), into a copy
+    of the network, and compare its output with the source's."""
+    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    rebuilt = copy.deepcopy(generator)
+    rebuilt.load_state_dict(state["params_ema"], strict=True)
+    return compare_networks(rebuilt, generator, precision, path)
+
+
+def compare_networks(rebuilt: nn.Module, generator: SRGenerator, precision: str, path: Path) -> float:
+    diff = 0.0
+    for shape in CHECK_SHAPES:
+        x = check_input(shape)
+        diff = max(diff, float((srgan_output(rebuilt, x) - srgan_output(generator, x)).abs().max()))
+    return refuse_above(diff, precision, path, "the network read back from it")

@@ -1,0 +1,251 @@
+"""`srgan export`: every format of every architecture, read back by the
+tools that use it (onnxruntime, spandrel, srgan's own loader), on tiny
+random networks; the refusals leave nothing behind; `bench upscale --onnx`.
+Nothing is downloaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import assert_refused, no_temporary_files, run_cli
+from srgan.configs import config_from_dict
+from srgan.inference.export import check_input, srgan_output
+from srgan.models import build_generator, save_checkpoint
+from srgan.models.checkpoint import load_generator
+
+onnxruntime = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+# Tiny networks of each architecture; rrdb at x2, whose input is padded on odd sides.
+# rrdb keeps growth 32: spandrel's RRDBNet has ESRGAN's growth fixed.
+MODELS = {
+    "srresnet": {"arch": "srresnet", "scale": 4, "blocks": 1, "channels": 8},
+    "rrdb": {"arch": "rrdb", "scale": 2, "blocks": 1, "channels": 8, "growth": 32},
+    "compact": {"arch": "compact", "scale": 4, "blocks": 2, "channels": 8},
+}
+SPANDREL_NAMES = {"rrdb": "ESRGAN", "compact": "Compact"}
+
+
+def tiny_checkpoint(path: Path, name: str, ema: bool = False) -> Path:
+    """A generator-only checkpoint of MODELS[name], its weights random and
+    (for the EMA test) a second, different set as generator_ema."""
+    model = config_from_dict({"model": MODELS[name]}).model
+    torch.manual_seed(1)
+    generator = build_generator(model)
+    with torch.no_grad():  # away from initialisations that make trivial outputs (zero tails, 0.1-scaled convs)
+        for parameter in generator.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    state = {
+        "generator": generator.state_dict(),
+        "discriminator": {},
+        "optimizer_g": {},
+        "optimizer_d": {},
+        "epoch": 0,
+        "step": 0,
+        "config": {"model": MODELS[name]},
+    }
+    if ema:
+        state["generator_ema"] = {k: v + 0.01 if v.is_floating_point() else v for k, v in state["generator"].items()}
+    save_checkpoint(path, state)
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("checkpoints")
+    return {name: tiny_checkpoint(folder / f"{name}.pt", name) for name in MODELS}
+
+
+@pytest.fixture(scope="module")
+def onnx_files(checkpoints, tmp_path_factory) -> dict[str, tuple[Path, str]]:
+    """Each tiny checkpoint exported to ONNX once (the slow part: torch.export),
+    with what the command printed."""
+    folder = tmp_path_factory.mktemp("onnx")
+    files = {}
+    for name, checkpoint in checkpoints.items():
+        target = folder / f"{name}.onnx"
+        result = run_cli("export", checkpoint, "-o", target)
+        files[name] = (target, result)
+    return files
+
+
+def ours(checkpoint: Path, x: torch.Tensor) -> torch.Tensor:
+    return srgan_output(load_generator(checkpoint), x)
+
+
+def assert_exported(result, target: Path) -> float:
+    """Exit 0, the file there, no temporary left; the difference it printed."""
+    assert result.returncode == 0, result.stderr
+    assert target.is_file() and not no_temporary_files(target.parent)
+    printed = result.stdout.split("largest difference from srgan's fp32 output ")[1].split()[0]
+    return float(printed)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_onnx_runs_in_onnxruntime_at_any_size_as_srgan_computes(name, checkpoints, onnx_files):
+    target, result = onnx_files[name]
+    printed = assert_exported(result, target)
+    assert printed <= 1e-4
+    session = onnxruntime.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    (graph_input,), (graph_output,) = session.get_inputs(), session.get_outputs()
+    assert (graph_input.name, graph_input.type, graph_output.name, graph_output.type) == (
+        "input",
+        "tensor(float)",
+        "output",
+        "tensor(float)",
+    )
+    assert graph_input.shape[1] == 3 and all(isinstance(d, str) for d in graph_input.shape[0:1] + graph_input.shape[2:])
+    scale = MODELS[name]["scale"]
+    # an odd size, then another batch and size: the axes are dynamic
+    for shape in [(1, 3, 21, 15), (3, 3, 16, 12)]:
+        x = check_input(shape)
+        (got,) = session.run(None, {"input": x.numpy()})
+        expected = ours(checkpoints[name], x)
+        assert got.shape == (shape[0], 3, shape[2] * scale, shape[3] * scale)
+        assert 0.0 <= got.min() and got.max() <= 1.0  # clamped, as srgan upscale's output
+        assert 0.05 < float((expected > 0).float().mean()) and float(expected.std()) > 1e-3  # computes something
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=0)
+    model = onnx.load(str(target))
+    metadata = {p.key: p.value for p in model.metadata_props}
+    assert metadata["arch"] == name and metadata["scale"] == str(scale)
+    assert str(Path(__file__).parent.parent) not in str(model)  # no stack traces naming this machine's paths
+
+
+def test_onnx_fp16_halves_the_weights_and_keeps_float32_input_and_output(checkpoints, onnx_files, tmp_path):
+    fp32, fp16 = onnx_files["compact"][0], tmp_path / "fp16.onnx"
+    printed = assert_exported(run_cli("export", checkpoints["compact"], "-o", fp16, "--fp16", "--opset", "20"), fp16)
+    assert 0 < printed <= 1e-2  # fp16 rounding shows, within the tolerance
+    model = onnx.load(str(fp16))
+    assert model.opset_import[0].version == 20
+    weights = {t.name: t.data_type for t in model.graph.initializer if len(t.dims) == 4}
+    assert weights and set(weights.values()) == {onnx.TensorProto.FLOAT16}
+    weight_bytes = [sum(len(t.raw_data) for t in onnx.load(str(f)).graph.initializer) for f in (fp32, fp16)]
+    assert weight_bytes[1] < 0.55 * weight_bytes[0]
+    session = onnxruntime.InferenceSession(str(fp16), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].type == session.get_outputs()[0].type == "tensor(float)"
+    x = check_input((1, 3, 19, 13))
+    (got,) = session.run(None, {"input": x.numpy()})
+    np.testing.assert_allclose(got, ours(checkpoints["compact"], x).numpy(), atol=1e-2, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_safetensors_carries_the_model_section_and_rebuilds_the_network(name, checkpoints, tmp_path):
+    from safetensors import safe_open
+
+    target = tmp_path / f"{name}.safetensors"
+    assert assert_exported(run_cli("export", checkpoints[name], "-o", target), target) == 0.0
+    with safe_open(str(target), "pt") as file:
+        metadata = file.metadata()
+        weights = {key: file.get_tensor(key) for key in file.keys()}  # noqa: SIM118 (safe_open is no mapping)
+    assert metadata["arch"] == name and metadata["scale"] == str(MODELS[name]["scale"])
+    section = json.loads(metadata["srgan_model"])
+    assert {k: section[k] for k in MODELS[name]} == MODELS[name]
+    rebuilt = build_generator(config_from_dict({"model": section}).model)
+    rebuilt.load_state_dict(weights, strict=True)
+    x = check_input((1, 3, 17, 11))
+    assert torch.equal(srgan_output(rebuilt, x), ours(checkpoints[name], x))
+
+
+def test_a_run_folder_exports_its_last_checkpoint(tiny_run, tmp_path):
+    """`srgan export runs/mine -o mine.safetensors`: the run's checkpoints/last.pt."""
+    from safetensors.torch import load_file
+
+    target = tmp_path / "mine.safetensors"
+    assert_exported(run_cli("export", tiny_run, "-o", target), target)
+    expected = load_generator(tiny_run / "checkpoints" / "last.pt").state_dict()
+    written = load_file(str(target))
+    assert written.keys() == expected.keys() and all(torch.equal(written[k], v) for k, v in expected.items())
+
+
+def test_the_weights_exported_are_the_ema_weights_when_the_run_kept_them(tmp_path):
+    from safetensors.torch import load_file
+
+    checkpoint = tiny_checkpoint(tmp_path / "ema.pt", "compact", ema=True)
+    target = tmp_path / "ema.safetensors"
+    assert_exported(run_cli("export", checkpoint, "-o", target), target)
+    state = torch.load(checkpoint, weights_only=True)
+    written = load_file(str(target))
+    assert all(torch.equal(written[k], v) for k, v in state["generator_ema"].items())
+    assert not torch.equal(written["body.0.weight"], state["generator"]["body.0.weight"])
+
+
+@pytest.mark.parametrize("name, suffix", [("rrdb", ".safetensors"), ("rrdb", ".pth"), ("compact", ".pth")])
+def test_spandrel_loads_the_exported_file_to_the_same_output(name, suffix, checkpoints, tmp_path):
+    spandrel = pytest.importorskip("spandrel")
+    target = tmp_path / f"{name}{suffix}"
+    assert_exported(run_cli("export", checkpoints[name], "-o", target), target)
+    if suffix == ".pth":  # BasicSR's layout, as Real-ESRGAN's inference script reads it
+        assert list(torch.load(target, weights_only=True)) == ["params_ema"]
+    descriptor = spandrel.ModelLoader().load_from_file(str(target))
+    assert descriptor.architecture.id == SPANDREL_NAMES[name] and descriptor.scale == MODELS[name]["scale"]
+    x = check_input((1, 3, 21, 15))
+    with torch.no_grad():
+        theirs = descriptor.model.eval()(x).clamp(0, 1)
+    torch.testing.assert_close(theirs, ours(checkpoints[name], x), atol=1e-5, rtol=0)
+
+
+def test_fp16_weight_files_hold_half_the_bytes_and_compute_nearly_the_same(checkpoints, tmp_path):
+    target = tmp_path / "half.pth"
+    printed = assert_exported(run_cli("export", checkpoints["rrdb"], "-o", target, "--fp16"), target)
+    assert 0 < printed <= 1e-2
+    state = torch.load(target, weights_only=True)["params_ema"]
+    assert {v.dtype for v in state.values()} == {torch.float16}
+
+
+def test_refusals_are_one_line_and_leave_nothing_behind(checkpoints, tmp_path):
+    existing = tmp_path / "taken.onnx"
+    existing.write_bytes(b"theirs")
+    assert_refused(run_cli("export", checkpoints["compact"], "-o", existing), "exists (use --force")
+    assert existing.read_bytes() == b"theirs"
+    bad = tmp_path / "model.bin"
+    assert_refused(run_cli("export", checkpoints["compact"], "-o", bad), ".onnx/.safetensors/.pth")
+    srresnet_pth = tmp_path / "srresnet.pth"
+    result = run_cli("export", checkpoints["srresnet"], "-o", srresnet_pth)
+    assert_refused(result, "BasicSR has no SRGAN SRResNet")
+    assert ".safetensors" in result.stderr and ".onnx" in result.stderr
+    not_a_checkpoint = tmp_path / "notes.pt"
+    not_a_checkpoint.write_text("not a checkpoint")
+    assert_refused(run_cli("export", not_a_checkpoint, "-o", tmp_path / "x.onnx"), "notes.pt")
+    assert_refused(run_cli("export", tmp_path / "missing", "-o", tmp_path / "y.onnx"), "missing")
+    assert_refused(run_cli("export", checkpoints["compact"], "-o", tmp_path / "z.pth", "--opset", "18"), "--opset")
+    assert_refused(run_cli("export", checkpoints["compact"], "-o", tmp_path / "w.onnx", "--opset", "17"), "18 to 23")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.pt", "taken.onnx"]
+
+
+def test_force_replaces_an_existing_file(checkpoints, tmp_path):
+    target = tmp_path / "model.safetensors"
+    target.write_bytes(b"old")
+    assert_exported(run_cli("export", checkpoints["compact"], "-o", target, "--force"), target)
+    assert target.read_bytes()[:8] != b"old"
+
+
+def test_a_file_above_the_tolerance_is_refused_and_not_written(checkpoints, tmp_path, monkeypatch):
+    from srgan.inference import export
+
+    monkeypatch.setitem(export.TOLERANCE, "fp16", 1e-7)  # fp16 rounding is far above it
+    target = tmp_path / "strict.onnx"
+    assert_refused(run_cli("export", checkpoints["compact"], "-o", target, "--fp16"), "above the fp16 tolerance")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_upscale_times_onnxruntime_on_the_same_image(checkpoints, onnx_files):
+    target = onnx_files["compact"][0]
+    result = run_cli(
+        "bench", "upscale", "-k", checkpoints["compact"], "--onnx", target, "--size", "24x20",
+        "--iters", "1", "--warmup", "0", "--no-baseline", "--device", "cpu", "--precision", "fp32", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (figures["arch"], figures["scale"], figures["precision"], figures["device"]) == ("compact", 4, "fp32", "cpu")
+    assert figures["onnx_threads"] == figures["threads"] and figures["onnx_input_type"] == "tensor(float)"
+    assert figures["onnx_over_torch"] == figures["onnx_median_s"] / figures["median_s"]
+    assert figures["onnx_max_level_diff"] <= 1  # the same model, rounded to 8 bits by each
+    other = onnx_files["rrdb"][0]  # x2, not x4
+    refused = run_cli("bench", "upscale", "-k", checkpoints["compact"], "--onnx", other, "--size", "24x20",
+                      "--iters", "1", "--warmup", "0", "--no-baseline", "--precision", "fp32")  # fmt: skip
+    assert_refused(refused, "not the same model")
