@@ -32,7 +32,8 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     d = config.data
     started = time.perf_counter()
     images = open_images(d.train, "data.train", d.crop_size, d.cache_mb)
-    dataset = TrainPairs(images, d.crop_size, config.model.scale, d.repeat, config.train.seed)
+    degradation = d.realesrgan if d.degradation == "realesrgan" else None
+    dataset = TrainPairs(images, d.crop_size, config.model.scale, d.repeat, config.train.seed, degradation)
     sampler = EpochSampler(len(dataset), d.batch_size, config.train.seed)
     loader = DataLoader(
         dataset,
@@ -82,10 +83,12 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
         "batch": d.batch_size,
         "crop": d.crop_size,
         "scale": config.model.scale,
+        "degradation": d.degradation,
         "batches": len(timed),
         "setup_s": round(setup_s, 2),
         "median_ms_per_batch": round(1000 * statistics.median(timed), 2),
         "crops_per_s": round(crops_per_s, 1),
+        "pairs_per_s": round(crops_per_s, 1),  # (lr, hr) pairs: with realesrgan, each LR degraded
         "crops_per_s_per_worker": round(crops_per_s / max(1, d.workers), 1),
         "peak_rss_mb": round(peaks["rss"], 1),  # all processes; shared pages count in each
         "peak_pss_mb": round(peaks["pss"], 1),  # all processes; shared pages split between them

@@ -10,7 +10,10 @@ import torch
 from PIL import Image, ImageDraw
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import bicubic_downscale, load_rgb8
+from srgan.data.datasets import low_resolution
+from srgan.data.degradations import named_generator
 from srgan.files import check_output
 from srgan.inference.imageio import write_png
 from srgan.inference.metrics import psnr_y
@@ -40,10 +43,27 @@ def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(row[:-1], axis=1)
 
 
+def degraded_lr(hr: np.ndarray, scale: int, degrade: tuple[RealEsrganDegradation, int] | None, name: str) -> np.ndarray:
+    """The HxWx3 uint8 LR of an HR image: bicubic, or degraded by (settings,
+    seed) from a generator fixed by the seed and `name`."""
+    if degrade is None:
+        return bicubic_downscale(hr, scale)
+    settings, seed = degrade
+    lr = low_resolution(hr, scale, settings, named_generator(seed, name))
+    return (lr * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+
+
 def compare_picture(
-    generator: SRGenerator, runtime: Runtime, image_path: Path, out_path: Path, force: bool = False
+    generator: SRGenerator,
+    runtime: Runtime,
+    image_path: Path,
+    out_path: Path,
+    force: bool = False,
+    degrade: tuple[RealEsrganDegradation, int] | None = None,
 ) -> dict[str, float]:
-    """Write bicubic | SR | original for one HR photo; returns their Y-channel PSNRs."""
+    """Write bicubic | SR | original for one HR photo; returns their Y-channel
+    PSNRs. `degrade` (settings, seed): the LR degraded as `srgan evaluate
+    --degrade` degrades it, instead of bicubic."""
     check_output(out_path, force, inputs=(image_path,))  # before the work
     try:
         hr = mod_crop(load_rgb8(image_path), generator.scale)
@@ -54,7 +74,7 @@ def compare_picture(
     if min(hr.shape[:2]) < 4 * generator.scale:
         raise SrganError(f"{image_path}: too small to compare at x{generator.scale}")
     generator.eval()
-    lr = bicubic_downscale(hr, generator.scale)
+    lr = degraded_lr(hr, generator.scale, degrade, image_path.stem)
     bicubic = bicubic_upscale(lr, generator.scale)
     sr = upscale_rgb8(generator, lr, runtime)
 

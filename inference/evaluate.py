@@ -12,9 +12,10 @@ import numpy as np
 import torch
 
 from srgan.configs.errors import SrganError, first_line
-from srgan.data import bicubic_downscale, find_images, load_rgb8
+from srgan.configs.schema import RealEsrganDegradation
+from srgan.data import find_images, load_rgb8
 from srgan.data.images import IMAGE_EXTENSIONS
-from srgan.inference.compare import bicubic_upscale, mod_crop
+from srgan.inference.compare import bicubic_upscale, degraded_lr, mod_crop
 from srgan.inference.metrics import CONVENTION, psnr_y, ssim_y
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
@@ -35,11 +36,19 @@ def _means(images: list[dict]) -> dict:
     return mean
 
 
-def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Path]) -> dict:
+def evaluate_folders(
+    generator: SRGenerator,
+    runtime: Runtime,
+    folders: list[Path],
+    degrade: tuple[RealEsrganDegradation, int] | None = None,
+) -> dict:
     """Scores per image and their means, overall and (for several folders)
     per folder, as the literature reports Set5 and Set14 apart; one image
     in memory at a time. An image file among `folders` is scored alone
-    (it counts in the overall mean and has no folder mean)."""
+    (it counts in the overall mean and has no folder mean). `degrade`
+    (settings, seed): each LR is degraded by them instead of bicubic, from
+    a generator fixed by the seed and the image's name (the same LR on
+    every call)."""
     scale = generator.scale
     paths: list[tuple[int, Path]] = []  # (index of its folder, image)
     for index, folder in enumerate(folders):
@@ -71,11 +80,12 @@ def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Pat
         if min(hr.shape[:2]) < 2 * scale + 11:
             log.warning("skipping %s: too small to score at x%d", path, scale)
             continue
-        lr = bicubic_downscale(hr, scale)
+        name = path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}"
+        lr = degraded_lr(hr, scale, degrade, name)
         sr, bicubic, hr8 = _chw(upscale_pixels(network, lr, runtime)), _chw(bicubic_upscale(lr, scale)), _chw(hr)
         images.append(
             {
-                "name": path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}",
+                "name": name,
                 "sr": {"psnr": psnr_y(sr, hr8, scale), "ssim": ssim_y(sr, hr8, scale)},
                 "bicubic": {"psnr": psnr_y(bicubic, hr8, scale), "ssim": ssim_y(bicubic, hr8, scale)},
             }
@@ -95,6 +105,7 @@ def evaluate_folders(generator: SRGenerator, runtime: Runtime, folders: list[Pat
     return {
         "scale": scale,
         "convention": CONVENTION.format(scale=scale),
+        "lr": "bicubic" if degrade is None else f"realesrgan degradation, seed {degrade[1]}",
         "images": images,
         "mean": _means(images),
         "folders": per_folder,
@@ -108,7 +119,7 @@ def format_table(result: dict) -> str:
     folder_means = [{**f, "name": f"{f['name']} mean"} for f in result.get("folders", [])]
     width = max(12, *(len(_one_line(im["name"])) for im in [*result["images"], *folder_means]))
     lines = [
-        f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}",
+        f"x{result['scale']}, PSNR (dB) / SSIM on the {result['convention']}; LR: {result.get('lr', 'bicubic')}",
         f"{'image':<{width}}  {'SR psnr':>8} {'SR ssim':>8}  {'bicubic psnr':>12} {'bicubic ssim':>12}  {'gain dB':>7}",
     ]
     rows = [*result["images"], None, *folder_means, {"name": "mean", **result["mean"]}]

@@ -107,14 +107,18 @@ class Trainer:
 
         # Inputs first: a mistake in them must not touch a run folder.
         train_images = open_images(config.data.train, "data.train", config.data.crop_size, config.data.cache_mb)
+        # Real-ESRGAN's pipeline, per sample in the DataLoader workers (docs/degradations.md measures why)
+        degradation = config.data.realesrgan if config.data.degradation == "realesrgan" else None
         self.val_images, self.bicubic = None, (float("nan"), float("nan"))
         if config.data.val:
             # the SSIM window (11 px) must fit once `scale` px are shaved from each border
             val_images = open_images(config.data.val, "data.val", 2 * config.model.scale + 11)
             self.val_images, self.bicubic = checked_validation_set(
-                val_images, config.model.scale, config.data.val_max_size
+                val_images, config.model.scale, config.data.val_max_size, degradation, t.seed
             )
-        self.dataset = TrainPairs(train_images, config.data.crop_size, config.model.scale, config.data.repeat, t.seed)
+        self.dataset = TrainPairs(
+            train_images, config.data.crop_size, config.model.scale, config.data.repeat, t.seed, degradation
+        )
         self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed, world.rank, world.size)
         self.loader = DataLoader(
             self.dataset,

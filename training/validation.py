@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from srgan.configs import SrganError
+from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import FolderImages, PreparedImages, ValImages
 from srgan.inference.metrics import psnr_y, quantize, ssim_y
 from srgan.inference.upscale import inference_network, upscale_pixels
@@ -27,13 +28,17 @@ def bicubic_upscale(lr: torch.Tensor, scale: int) -> torch.Tensor:
 
 
 def checked_validation_set(
-    images: FolderImages | PreparedImages, scale: int, max_size: int
+    images: FolderImages | PreparedImages,
+    scale: int,
+    max_size: int,
+    degradation: RealEsrganDegradation | None = None,
+    seed: int = 0,
 ) -> tuple[ValImages, tuple[float, float]]:
     """The validation images that decode, and the mean PSNR/SSIM of bicubic
     upscaling on them: the figure to beat. Every image is decoded once here,
     before training, so that a file broken past its header is skipped with a
     warning now rather than failing the first validation hours later."""
-    every = ValImages(images, scale, max_size)
+    every = ValImages(images, scale, max_size, degradation, seed)
     usable, psnrs, ssims = [], [], []
     for i in range(len(every)):
         try:
@@ -47,7 +52,10 @@ def checked_validation_set(
         usable.append(i)
     if not usable:
         raise SrganError(f"data.val: none of the {len(images)} images can be decoded")
-    return ValImages(images.select(usable), scale, max_size), (float(np.mean(psnrs)), float(np.mean(ssims)))
+    return ValImages(images.select(usable), scale, max_size, degradation, seed), (
+        float(np.mean(psnrs)),
+        float(np.mean(ssims)),
+    )
 
 
 def validate(
