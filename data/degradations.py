@@ -13,13 +13,14 @@ measurement that chose that)."""
 
 from __future__ import annotations
 
+import io
 import math
 import zlib
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torchvision.io import decode_jpeg, encode_jpeg
+from PIL import Image
 
 from srgan.configs.schema import BlurConfig, DegradationStage, NoiseConfig, RealEsrganDegradation, ResizeConfig
 
@@ -180,10 +181,14 @@ def add_noise(image: torch.Tensor, settings: NoiseConfig, rng: np.random.Generat
 
 
 def jpeg(image: torch.Tensor, quality: int) -> torch.Tensor:
-    """Encoded and decoded by libjpeg through torchvision.io at `quality`
-    (4:2:0): 5x faster than through Pillow on a 256 px crop."""
-    pixels = (image * 255).round().clamp(0, 255).to(torch.uint8)
-    return decode_jpeg(encode_jpeg(pixels, quality=quality)).float().div_(255)
+    """Encoded and decoded by Pillow's libjpeg at `quality` (4:2:0, its
+    default). torchvision.io's encoder is faster (0.3 against 0.8-1.8 ms on a
+    256 px crop) but deprecated since torchvision 0.29."""
+    pixels = (image * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
+    with Image.open(buffer) as decoded:
+        return torch.from_numpy(np.array(decoded.convert("RGB"))).permute(2, 0, 1).float().div_(255)
 
 
 def _quality(rng: np.random.Generator, bounds: list[float]) -> int:
@@ -215,7 +220,19 @@ def degradation_stage(
 
 def degrade(hr: torch.Tensor, scale: int, settings: RealEsrganDegradation, rng: np.random.Generator) -> torch.Tensor:
     """3xHxW HR in [0, 1] -> 3x(H/scale)x(W/scale) LR in [0, 1] on the 8-bit grid:
-    Real-ESRGAN's realesrgan_model.py feed_data, step by step."""
+    Real-ESRGAN's realesrgan_model.py feed_data, step by step. On one thread,
+    as in a DataLoader worker, also when called in the training process
+    (data.workers 0): ops on one small image gain nothing from more, and lose
+    up to 30x on a busy machine (docs/degradations.md)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _degrade(hr, scale, settings, rng)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _degrade(hr: torch.Tensor, scale: int, settings: RealEsrganDegradation, rng: np.random.Generator) -> torch.Tensor:
     height, width = hr.shape[-2:]
     lr_size = (height // scale, width // scale)
     # the first stage: resized relative to the HR, then JPEG
