@@ -635,9 +635,9 @@ def _check_degradation(c: Config, raw: dict, origin: str) -> None:
         sums_to_one(f"{name}.resize", {"up": resize.up, "down": resize.down, "keep": resize.keep})
         need(len(resize.range) == 2, f"{name}.resize.range", "[min, max] (a factor)", resize.range)
         need(
-            0.01 <= resize.range[0] <= 1 <= resize.range[1] <= 10,
+            0.01 <= resize.range[0] <= 1 <= resize.range[1] <= 4,  # 4: bounds the memory of a 2048 px crop
             f"{name}.resize.range",
-            "[min, max] with 0.01 <= min <= 1 <= max <= 10 (down to min, up to max)",
+            "[min, max] with 0.01 <= min <= 1 <= max <= 4 (down to min, up to max)",
             resize.range,
         )
         modes(f"{name}.resize.modes", resize.modes)

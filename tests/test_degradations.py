@@ -305,3 +305,57 @@ def test_bench_data_reports_degraded_pairs_per_second(srgan, photo_dir):
     assert result.returncode == 0, result
     figures = json.loads(result.stdout)
     assert figures["degradation"] == "realesrgan" and figures["pairs_per_s"] > 0
+
+
+def test_any_accepted_setting_degrades_to_the_lr_size_in_range():
+    """Whatever the loader accepts (extreme ranges, tiny images, kernels
+    larger than the image) the pipeline returns the LR size in [0, 1]."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    unit = st.floats(0, 1)
+
+    def span(low, high):
+        return st.tuples(st.floats(low, high), st.floats(low, high)).map(lambda p: sorted(p))
+
+    stage = st.fixed_dictionaries(
+        {
+            "blur_prob": unit,
+            "blur": st.fixed_dictionaries(
+                {
+                    "kernel_sizes": st.lists(st.sampled_from([3, 5, 21, 41]), min_size=1, max_size=3),
+                    "sigma": span(0.01, 100),
+                    "betag": span(0.01, 100),
+                    "betap": span(0.01, 100),
+                    "sinc_prob": unit,
+                    "sinc_cutoff": span(0.01, 1),
+                }
+            ),
+            "resize": st.fixed_dictionaries(
+                {"range": st.tuples(st.floats(0.01, 1), st.floats(1, 4)).map(list), "modes": st.just(["area"])}
+            ),
+            "noise": st.fixed_dictionaries(
+                {
+                    "gaussian_prob": unit,
+                    "gaussian_sigma": span(0, 255),
+                    "poisson_scale": span(0, 100),
+                    "gray_prob": unit,
+                }
+            ),
+            "jpeg_quality": span(1, 100),
+        }
+    )
+
+    @settings(max_examples=25, deadline=None)
+    @given(first=stage, second=stage, sinc_prob=unit, seed=st.integers(0, 2**32 - 1), scale=st.sampled_from([2, 4]))
+    def check(first, second, sinc_prob, seed, scale):
+        raw = {
+            "degradation": "realesrgan",
+            "realesrgan": {"first": first, "second": second, "final": {"sinc_prob": sinc_prob}},
+        }
+        config = config_from_dict({"data": {**raw, "crop_size": 32}, "model": {"scale": scale}})
+        lr = D.degrade(photo(32), scale, config.data.realesrgan, np.random.default_rng(seed))
+        assert lr.shape == (3, 32 // scale, 32 // scale)
+        assert torch.isfinite(lr).all() and lr.min() >= 0 and lr.max() <= 1
+
+    check()
