@@ -156,7 +156,17 @@ def test_config_show_prints_the_resolved_yaml():
     shown = yaml.safe_load(result.stdout)
     assert shown["model"]["scale"] == 2 and shown["loss"]["perceptual"]["layer"] == "relu5_4"
     listed = run_cli("config", "list").stdout.split()
-    assert listed == ["compact_x4", "demo", "esrgan_x4", "leftthomas_x4", "srgan_x4", "srresnet_x4"]
+    assert listed == [
+        "compact_x4",
+        "demo",
+        "esrgan_x4",
+        "leftthomas_x4",
+        "realesrgan_demo",
+        "realesrgan_x4",
+        "realesrnet_x4",
+        "srgan_x4",
+        "srresnet_x4",
+    ]
 
 
 def test_samples_command_writes_the_builtin_photos(tmp_path):
