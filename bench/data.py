@@ -35,7 +35,8 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     image_set = open_image_set(
         d.train, d.train_lr, "data.train", "data.train_lr", config.model.scale, d.crop_size, d.cache_mb
     )
-    dataset = training_crops(image_set, d.crop_size, config.model.scale, d.repeat, config.train.seed)
+    degradation = d.realesrgan if d.degradation == "realesrgan" else None
+    dataset = training_crops(image_set, d.crop_size, config.model.scale, d.repeat, config.train.seed, degradation)
     images = image_set.hr if isinstance(image_set, PairedImages) else image_set  # paired: the HR side's source
     sampler = EpochSampler(len(dataset), d.batch_size, config.train.seed)
     loader = DataLoader(
@@ -51,6 +52,7 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     times: list[float] = []
     peaks = {"rss": 0.0, "pss": 0.0, "main_private": 0.0, "worker_private": 0.0}
     epoch = 0
+    cpu_start = _cpu_seconds() if warmup == 0 else 0.0
     try:
         while len(times) < warmup + batches:
             epoch += 1
@@ -60,9 +62,12 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
                 now = time.perf_counter()
                 times.append(now - last)
                 _sample_memory(peaks)
+                if len(times) == warmup:
+                    cpu_start = _cpu_seconds()
                 last = time.perf_counter()
                 if len(times) == warmup + batches:
                     break
+        cpu_s = _cpu_seconds() - cpu_start
     finally:
         shutdown_workers(loader)
     timed = times[warmup:]
@@ -86,10 +91,15 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
         "batch": d.batch_size,
         "crop": d.crop_size,
         "scale": config.model.scale,
+        "degradation": d.degradation,
         "batches": len(timed),
         "setup_s": round(setup_s, 2),
         "median_ms_per_batch": round(1000 * statistics.median(timed), 2),
         "crops_per_s": round(crops_per_s, 1),
+        "pairs_per_s": round(crops_per_s, 1),  # (lr, hr) pairs: with realesrgan, each LR degraded
+        # CPU time of every process (main and workers) a pair: what a pair costs
+        # whatever else the machine runs (workers' prefetching counts in it)
+        "cpu_ms_per_pair": round(1000 * cpu_s / (d.batch_size * len(timed)), 2),
         "crops_per_s_per_worker": round(crops_per_s / max(1, d.workers), 1),
         "peak_rss_mb": round(peaks["rss"], 1),  # all processes; shared pages count in each
         "peak_pss_mb": round(peaks["pss"], 1),  # all processes; shared pages split between them
@@ -114,6 +124,21 @@ def _sample_memory(peaks: dict) -> None:
         peaks[key] = max(peaks[key], private)
     for key, value in totals.items():
         peaks[key] = max(peaks[key], value)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its children (the
+    DataLoader workers) so far, from /proc (Linux; 0 elsewhere)."""
+    main = os.getpid()
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for pid in [main, *_children(main)]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    return total / ticks
 
 
 def _children(pid: int) -> list[int]:

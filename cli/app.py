@@ -12,7 +12,7 @@ import warnings
 import typer
 from PIL import Image
 
-from srgan.cli import bench, evaluate, export, plot, prepare, runs, train, upscale
+from srgan.cli import bench, degrade, evaluate, export, plot, prepare, runs, train, upscale
 from srgan.configs import SrganError
 
 app = typer.Typer(
@@ -30,6 +30,7 @@ app.command("runs")(runs.runs)
 app.command("prepare")(prepare.prepare)
 app.command("samples")(train.samples)
 app.command("export")(export.export)
+app.command("degrade")(degrade.degrade)
 
 config_app = typer.Typer(no_args_is_help=True, help="The config presets and how a config resolves.")
 config_app.command("list")(train.config_list)

@@ -201,8 +201,9 @@ def data(
         return
     typer.echo(
         f"data ({result['source']}, {result['images']} images, {result['workers']} workers, batch {result['batch']}, "
-        f"crop {result['crop']}): {result['crops_per_s']:.0f} crops/s ({result['crops_per_s_per_worker']:.0f} a "
-        f"worker), {result['median_ms_per_batch']:.1f} ms a batch; setup {result['setup_s']:.1f} s; peak RSS of all "
+        f"crop {result['crop']}, x{result['scale']} {result['degradation']}): {result['pairs_per_s']:.0f} (lr, hr) "
+        f"pairs/s ({result['crops_per_s_per_worker']:.0f} a worker; {result['cpu_ms_per_pair']:.1f} CPU ms a pair), "
+        f"{result['median_ms_per_batch']:.1f} ms a batch; setup {result['setup_s']:.1f} s; peak RSS of all "
         f"processes {result['peak_rss_mb']:.0f} MB (PSS {result['peak_pss_mb']:.0f}); memory written by the main "
         f"process {result['main_private_mb']:.0f} MB, a worker {result['worker_private_mb']:.0f} MB"
     )

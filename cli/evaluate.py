@@ -16,6 +16,30 @@ METRICS_HELP = (
 )
 
 
+DEGRADE_HELP = (
+    "A config (preset or YAML) with data.degradation realesrgan: each LR is degraded by its pipeline instead of "
+    "bicubic, from a generator fixed by its train.seed and the image's name (the same LR on every call)."
+)
+
+
+def degrade_option(config: str | None, lr: Path | None):
+    """--degrade CONFIG -> (its data.realesrgan, its train.seed), or None."""
+    if config is None:
+        return None
+    from srgan.configs import SrganError, load_config
+
+    if lr is not None:
+        raise SrganError(f"--degrade {config} with --lr {lr}: the LR images are given, there is nothing to degrade")
+
+    resolved = load_config(config)
+    if resolved.data.degradation != "realesrgan":
+        raise SrganError(
+            f"--degrade {config}: data.degradation is {resolved.data.degradation}; expected a config with "
+            "data.degradation realesrgan (e.g. realesrgan_demo)"
+        )
+    return resolved.data.realesrgan, resolved.train.seed
+
+
 def compare(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint file or a run folder.")],
     image: Annotated[Path, typer.Argument(help="A high-resolution photo; its LR version is made by bicubic.")],
@@ -34,6 +58,7 @@ def compare(
             "--lr", help="The photo's LR image (or a folder holding one of the same name), instead of bicubic's."
         ),
     ] = None,
+    degrade: Annotated[str | None, typer.Option("--degrade", help=DEGRADE_HELP)] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
     metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr",
@@ -48,10 +73,13 @@ def compare(
         raise SrganError(f"-o {output}: expected a file name ending in .png")
     names = parse_metric_names(metrics, "--metrics")
     check_output(output, force, inputs=(image,))  # before loading anything
+    degradation = degrade_option(degrade, lr)
     runtime = runtime_from_options(device, precision)
     scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
     generator, model = generator_from_option(checkpoint, runtime)
-    result = compare_picture(generator, runtime, image, output, force, scores, model=model, lr_path=lr)
+    result = compare_picture(
+        generator, runtime, image, output, force, scores, model=model, lr_path=lr, degrade=degradation
+    )
     shown = []
     for name in names:
         bicubic, sr = result["bicubic"][name], result["sr"][name]
@@ -60,7 +88,8 @@ def compare(
         else:
             shown.append(f"{name.upper().replace('_', '-')} bicubic {bicubic:.4f}, SR {sr:.4f}")
     convention = f" ({CONVENTION.format(scale=generator.scale)})" if {"psnr", "ssim"} & set(names) else ""
-    typer.echo(f"{output}: bicubic | SR | original; {'; '.join(shown)}{convention}")
+    source = "given" if lr is not None else "bicubic" if degrade is None else degrade
+    typer.echo(f"{output}: bicubic | SR | original; LR by {source}; {'; '.join(shown)}{convention}")
 
 
 def evaluate(
@@ -78,6 +107,7 @@ def evaluate(
             "(a.png <-> a.jpg), instead of bicubic downscales (docs/paired.md).",
         ),
     ] = None,
+    degrade: Annotated[str | None, typer.Option("--degrade", help=DEGRADE_HELP)] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP + " Default fp32: figures to quote.")] = "fp32",
     metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr,ssim",
@@ -90,10 +120,13 @@ def evaluate(
     names = parse_metric_names(metrics, "--metrics")
     if json_path is not None:
         check_output(json_path, force)  # before the work, not after it
+    degradation = degrade_option(degrade, lr)
     runtime = runtime_from_options(device, precision)
     scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
     generator, model = generator_from_option(checkpoint, runtime)
-    result = evaluate_folders(generator, runtime, folders, scores=scores, model=model, lr_folder=lr)
+    result = evaluate_folders(
+        generator, runtime, folders, scores=scores, model=model, lr_folder=lr, degrade=degradation
+    )
     typer.echo(format_table(result))
     if json_path is not None:
         write_text(json_path, json.dumps(result, indent=2) + "\n", overwrite=force)

@@ -47,6 +47,7 @@ MAX_GENERATOR_PARAMETERS = 610_000_000
 MAX_CONFIG_BYTES = 1 << 20  # a YAML config is a page of text
 MAX_SEED = 2**32 - 1  # NumPy's legacy seed is 32-bit
 USM_REACH = 25  # the unsharp mask's 51 x 51 blur (losses/sharpen.py): pixels read each side
+MAX_KERNEL_SIZE = 41  # a degradation blur kernel's side (Real-ESRGAN's largest: 21)
 
 
 def preset_names() -> list[str]:
@@ -64,6 +65,7 @@ def load_config(source: str | None = None, overrides: list[str] | tuple[str, ...
         for item in overrides:
             _apply_override(raw, item)
         _drop_keys_of_another_arch(raw, overrides)
+        _drop_degradation_settings_if_bicubic(raw, overrides)
         config = config_from_dict(raw, "--set")
     config.given_keys = frozenset(_dotted_keys(raw))
     return config
@@ -95,12 +97,25 @@ def _drop_keys_of_another_arch(raw: dict, overrides: list[str] | tuple[str, ...]
             del model[key]
 
 
+def _drop_degradation_settings_if_bicubic(raw: dict, overrides: list[str] | tuple[str, ...]) -> None:
+    """`--set data.degradation=bicubic` on a realesrgan preset: the preset's
+    data.realesrgan became moot and is dropped, as another arch's model keys
+    are; a data.realesrgan key that --set names itself is kept, and refused."""
+    named = {item.partition("=")[0].strip() for item in overrides}
+    data = raw.get("data")
+    if "data.degradation" not in named or not isinstance(data, dict) or data.get("degradation") == "realesrgan":
+        return
+    if "realesrgan" in data and not any(key.startswith("data.realesrgan") for key in named):
+        del data["realesrgan"]
+
+
 def config_from_dict(raw: dict, origin: str = "config") -> Config:
     """Type-check a plain dict (from YAML or a checkpoint) into a `Config`."""
     config = _build(Config, raw, "", origin)
     _one_perceptual_layer_setting(config, raw, origin)
     _check_arch_keys(config, raw, origin)
     _check_values(config, origin)
+    _check_degradation(config, raw, origin)
     return config
 
 
@@ -124,6 +139,8 @@ def config_to_dict(config: Config) -> dict:
     for key, archs in ARCH_KEYS.items():
         if config.model.arch not in archs:
             del values["model"][key]
+    if config.data.degradation != "realesrgan":
+        del values["data"]["realesrgan"]  # refused with bicubic, as another arch's keys are
     return values
 
 
@@ -437,9 +454,11 @@ def _check_paired_data(c: Config, origin: str) -> None:
                 f"{origin}: {lr_key}: paired data needs {hr_key} to be a folder of HR images, not {BUILTIN_SAMPLES} "
                 "(the sample photos have no LR partners)"
             )
-    # TODO(issue 28, h-degrade): once data.degradation exists, refuse it with paired
-    # data here: "data.train_lr set and data.degradation != bicubic -> refused naming
-    # both keys" (the LR is given, there is nothing to degrade).
+    if d.train_lr is not None and d.degradation != "bicubic":
+        raise SrganError(
+            f"{origin}: data.degradation: {d.degradation} with data.train_lr: the LR images are given, there is "
+            "nothing to degrade (set data.degradation: bicubic, or data.train_lr: null)"
+        )
 
 
 def _check_values(c: Config, origin: str) -> None:
@@ -617,3 +636,78 @@ def _check_values(c: Config, origin: str) -> None:
     need(t.save_every >= 0, "train.save_every", "0 (every epoch) or more steps", t.save_every)
     need(0 <= t.ema_decay < 1, "train.ema_decay", "0 (off) or a decay in (0, 1)", t.ema_decay)
     need(t.checkpoint_every >= 1, "train.checkpoint_every", "at least 1 (epochs)", t.checkpoint_every)
+
+
+def _check_degradation(c: Config, raw: dict, origin: str) -> None:
+    """data.realesrgan: named only with data.degradation realesrgan (as
+    ARCH_KEYS: a setting that would do nothing is a mistake to report);
+    every range [min, max] with min <= max, every probability in [0, 1],
+    the probabilities of one choice summing to 1."""
+    if c.data.degradation != "realesrgan":
+        if "realesrgan" in (raw.get("data") or {}):
+            raise SrganError(
+                f"{origin}: data.realesrgan: applies to data.degradation realesrgan only, not "
+                f"{c.data.degradation} (leave it out, or set data.degradation: realesrgan)"
+            )
+        return
+
+    def need(ok: bool, key: str, expected: str, got: Any) -> None:
+        if not ok:
+            raise SrganError(f"{origin}: data.realesrgan.{key}: expected {expected}, got {got!r}")
+
+    def probability(key: str, value: float) -> None:
+        need(0 <= value <= 1, key, "a probability in [0, 1]", value)
+
+    def span(key: str, value: list[float], low: float, high: float, what: str) -> None:
+        need(len(value) == 2, key, f"[min, max] ({what})", value)
+        need(value[0] <= value[1], key, f"[min, max] with min <= max ({what})", value)
+        need(low <= value[0] and value[1] <= high, key, f"a range within [{low:g}, {high:g}] ({what})", value)
+
+    def sums_to_one(key: str, values: dict[str, float]) -> None:
+        for name, value in values.items():
+            probability(f"{key}.{name}", value)
+        total = sum(values.values())
+        need(abs(total - 1) <= 1e-6, key, f"probabilities {', '.join(values)} summing to 1", round(total, 9))
+
+    def modes(key: str, value: typing.Sequence[str]) -> None:
+        need(len(value) >= 1 and len(set(value)) == len(value), key, "one or more distinct modes", value)
+
+    r = c.data.realesrgan
+    for name, stage in (("first", r.first), ("second", r.second)):
+        probability(f"{name}.blur_prob", stage.blur_prob)
+        blur = stage.blur
+        sizes = blur.kernel_sizes
+        need(
+            len(sizes) >= 1 and all(3 <= k <= MAX_KERNEL_SIZE and k % 2 == 1 for k in sizes),
+            f"{name}.blur.kernel_sizes",
+            f"one or more odd sizes from 3 to {MAX_KERNEL_SIZE}",
+            sizes,
+        )
+        sums_to_one(f"{name}.blur.kernels", dataclasses.asdict(blur.kernels))
+        span(f"{name}.blur.sigma", blur.sigma, 0.01, 100, "px")
+        span(f"{name}.blur.betag", blur.betag, 0.01, 100, "a shape, 1 a Gaussian")
+        span(f"{name}.blur.betap", blur.betap, 0.01, 100, "a shape")
+        probability(f"{name}.blur.sinc_prob", blur.sinc_prob)
+        span(f"{name}.blur.sinc_cutoff", blur.sinc_cutoff, 0.01, 1, "units of pi")
+        span(f"{name}.blur.sinc_cutoff_small", blur.sinc_cutoff_small, 0.01, 1, "units of pi")
+        resize = stage.resize
+        sums_to_one(f"{name}.resize", {"up": resize.up, "down": resize.down, "keep": resize.keep})
+        need(len(resize.range) == 2, f"{name}.resize.range", "[min, max] (a factor)", resize.range)
+        need(
+            0.01 <= resize.range[0] <= 1 <= resize.range[1] <= 4,  # 4: bounds the memory of a 2048 px crop
+            f"{name}.resize.range",
+            "[min, max] with 0.01 <= min <= 1 <= max <= 4 (down to min, up to max)",
+            resize.range,
+        )
+        modes(f"{name}.resize.modes", resize.modes)
+        noise = stage.noise
+        probability(f"{name}.noise.gaussian_prob", noise.gaussian_prob)
+        span(f"{name}.noise.gaussian_sigma", noise.gaussian_sigma, 0, 255, "on 0..255")
+        span(f"{name}.noise.poisson_scale", noise.poisson_scale, 0, 100, "a factor")
+        probability(f"{name}.noise.gray_prob", noise.gray_prob)
+        span(f"{name}.jpeg_quality", stage.jpeg_quality, 1, 100, "Pillow's JPEG quality")
+    final = r.final
+    probability("final.sinc_prob", final.sinc_prob)
+    span("final.sinc_cutoff", final.sinc_cutoff, 0.01, 1, "units of pi")
+    probability("final.sinc_first_prob", final.sinc_first_prob)
+    modes("final.modes", final.modes)

@@ -55,6 +55,97 @@ ARCH_SCALES = {"srresnet": (2, 3, 4, 8), "rrdb": (1, 2, 4), "compact": (1, 2, 3,
 BUILTIN_SAMPLES = "builtin:samples"
 
 
+# Real-ESRGAN's second-order degradation (data.degradation: realesrgan), read by
+# data/degradations.py. Defaults are Real-ESRGAN's: options/train_realesrgan_x4plus.yml
+# (the first stage: blur_kernel_size .. betap_range, resize_prob .. jpeg_range; the
+# second: the same keys ending in 2; final_sinc_prob) and the constants of
+# realesrgan/data/realesrgan_dataset.py and realesrgan/models/realesrgan_model.py.
+# Ranges are [min, max], drawn uniformly; docs/degradations.md says what each does.
+
+
+@dataclass
+class KernelMix:
+    # Probabilities of the blur kernel's shape (sum 1); Real-ESRGAN's kernel_prob.
+    iso: float = 0.45  # isotropic Gaussian
+    aniso: float = 0.25  # anisotropic Gaussian, rotated
+    generalized_iso: float = 0.12  # generalized Gaussian exp(-r^(2 beta)/2), beta from betag
+    generalized_aniso: float = 0.03
+    plateau_iso: float = 0.12  # plateau 1 / (1 + r^(2 beta)), beta from betap
+    plateau_aniso: float = 0.03
+
+
+@dataclass
+class BlurConfig:
+    # Odd kernel sides drawn uniformly (Real-ESRGAN: 7, 9, .., 21).
+    kernel_sizes: list[int] = field(default_factory=lambda: [7, 9, 11, 13, 15, 17, 19, 21])
+    kernels: KernelMix = field(default_factory=KernelMix)
+    sigma: list[float] = field(default_factory=lambda: [0.2, 3.0])  # blur_sigma, px (both axes)
+    betag: list[float] = field(default_factory=lambda: [0.5, 4.0])  # betag_range: generalized Gaussian shape
+    betap: list[float] = field(default_factory=lambda: [1.0, 2.0])  # betap_range: plateau shape
+    # A 2D sinc (circular low-pass: ringing) instead of the kernels above: sinc_prob.
+    sinc_prob: float = 0.1
+    # Its cutoff, in units of pi: kernels of 13 px and more (Real-ESRGAN: pi/5 .. pi) ...
+    sinc_cutoff: list[float] = field(default_factory=lambda: [0.2, 1.0])
+    # ... and smaller ones (pi/3 .. pi: a small kernel cannot hold a low cutoff).
+    sinc_cutoff_small: list[float] = field(default_factory=lambda: [1 / 3, 1.0])
+
+
+@dataclass
+class ResizeConfig:
+    # Probabilities of scaling up, down, or keeping the size (sum 1): resize_prob.
+    up: float = 0.2
+    down: float = 0.7
+    keep: float = 0.1
+    range: list[float] = field(default_factory=lambda: [0.15, 1.5])  # resize_range: down from min, up to max
+    # Interpolations drawn uniformly (Real-ESRGAN: all three).
+    modes: list[Literal["area", "bilinear", "bicubic"]] = field(default_factory=lambda: ["area", "bilinear", "bicubic"])
+
+
+@dataclass
+class NoiseConfig:
+    gaussian_prob: float = 0.5  # Gaussian noise with this probability, else Poisson
+    gaussian_sigma: list[float] = field(default_factory=lambda: [1.0, 30.0])  # noise_range, on 0..255
+    poisson_scale: list[float] = field(default_factory=lambda: [0.05, 3.0])  # poisson_scale_range
+    gray_prob: float = 0.4  # the same noise on all three channels (gray_noise_prob)
+
+
+@dataclass
+class DegradationStage:
+    blur_prob: float = 1.0  # the first stage always blurs; the second: second_blur_prob
+    blur: BlurConfig = field(default_factory=BlurConfig)
+    resize: ResizeConfig = field(default_factory=ResizeConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    # JPEG quality, drawn as an integer (Pillow's); the second stage's is the final step's.
+    jpeg_quality: list[float] = field(default_factory=lambda: [30.0, 95.0])
+
+
+def _second_stage() -> DegradationStage:
+    return DegradationStage(
+        blur_prob=0.8,  # second_blur_prob
+        blur=BlurConfig(sigma=[0.2, 1.5]),  # blur_sigma2 (the rest as the first stage's)
+        resize=ResizeConfig(up=0.3, down=0.4, keep=0.3, range=[0.3, 1.2]),  # resize_prob2, resize_range2
+        noise=NoiseConfig(gaussian_sigma=[1.0, 25.0], poisson_scale=[0.05, 2.5]),  # noise_range2, ..
+        jpeg_quality=[30.0, 95.0],  # jpeg_range2
+    )
+
+
+@dataclass
+class FinalStep:
+    # The resize to the LR size then a 2D sinc, and JPEG (second.jpeg_quality),
+    # in random order: Real-ESRGAN's two orders, each of probability 1/2.
+    sinc_prob: float = 0.8  # final_sinc_prob
+    sinc_cutoff: list[float] = field(default_factory=lambda: [1 / 3, 1.0])  # units of pi
+    sinc_first_prob: float = 0.5  # [resize + sinc] before JPEG with this probability, else after
+    modes: list[Literal["area", "bilinear", "bicubic"]] = field(default_factory=lambda: ["area", "bilinear", "bicubic"])
+
+
+@dataclass
+class RealEsrganDegradation:
+    first: DegradationStage = field(default_factory=DegradationStage)
+    second: DegradationStage = field(default_factory=_second_stage)
+    final: FinalStep = field(default_factory=FinalStep)
+
+
 @dataclass
 class DataConfig:
     # A folder of images (searched recursively) or `builtin:samples`.
@@ -78,6 +169,11 @@ class DataConfig:
     # Validation images are centre-cropped to at most this many HR pixels a
     # side (0 = whole image), which bounds validation time on big photos.
     val_max_size: int = 0
+    # How the LR is made from an HR crop: bicubic, PIL's bicubic downscale (the
+    # literature's); realesrgan, Real-ESRGAN's second-order pipeline, set by
+    # data.realesrgan (a key refused with bicubic, as ARCH_KEYS are).
+    degradation: Literal["bicubic", "realesrgan"] = "bicubic"
+    realesrgan: RealEsrganDegradation = field(default_factory=RealEsrganDegradation)
 
 
 @dataclass

@@ -20,6 +20,8 @@ from PIL import Image
 from torch.utils.data import Dataset, Sampler
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.configs.schema import RealEsrganDegradation
+from srgan.data.degradations import degrade, named_generator
 from srgan.data.images import find_images, image_size, load_rgb8, try_load_rgb8
 from srgan.data.prepared import PreparedImages, is_prepared
 from srgan.data.samples import BUILTIN_SAMPLES, TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
@@ -147,13 +149,33 @@ def to_tensor(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(image)).permute(2, 0, 1).float().div_(255)
 
 
+def low_resolution(
+    hr: np.ndarray, scale: int, degradation: RealEsrganDegradation | None, rng: np.random.Generator
+) -> torch.Tensor:
+    """The LR tensor of an HxWx3 uint8 HR: PIL's bicubic downscale, or (given
+    a data.realesrgan config) Real-ESRGAN's degradation drawn from `rng`."""
+    if degradation is None:
+        return to_tensor(bicubic_downscale(hr, scale))
+    return degrade(to_tensor(hr), scale, degradation, rng)
+
+
 class TrainPairs(Dataset):
     """Random (lr, hr) crops, `repeat` per image per epoch, keyed by (epoch, index),
-    from a FolderImages or a PreparedImages: the same crops from either."""
+    from a FolderImages or a PreparedImages: the same crops from either. With
+    a `degradation` the LR is Real-ESRGAN's, drawn from the crop's generator
+    after the crop: the same crops as bicubic, and the same bits anywhere."""
 
-    def __init__(self, images: FolderImages | PreparedImages, crop_size: int, scale: int, repeat: int, seed: int):
+    def __init__(
+        self,
+        images: FolderImages | PreparedImages,
+        crop_size: int,
+        scale: int,
+        repeat: int,
+        seed: int,
+        degradation: RealEsrganDegradation | None = None,
+    ):
         self.images, self.crop_size, self.scale = images, crop_size, scale
-        self.repeat, self.seed = repeat, seed
+        self.repeat, self.seed, self.degradation = repeat, seed, degradation
         self._broken: set[int] = set()  # images found broken when decoded, in this process
 
     def __len__(self) -> int:
@@ -186,7 +208,7 @@ class TrainPairs(Dataset):
             hr = hr[::-1, :]
         hr = np.rot90(hr, k=int(rng.integers(0, 4)))
         hr = np.ascontiguousarray(hr)
-        return to_tensor(bicubic_downscale(hr, self.scale)), to_tensor(hr)
+        return low_resolution(hr, self.scale, self.degradation, rng), to_tensor(hr)
 
 
 class EpochSampler(Sampler):
@@ -235,17 +257,28 @@ class EpochSampler(Sampler):
 
 class ValImages(Dataset):
     """Whole validation images (centre-cropped to a multiple of the scale,
-    and to `max_size` a side when set): (name, lr, hr)."""
+    and to `max_size` a side when set): (name, lr, hr). With a `degradation`
+    the LR is degraded as the training LR is, from a generator fixed by
+    (seed, the image's name): the same LR at every validation."""
 
-    def __init__(self, images: FolderImages | PreparedImages, scale: int, max_size: int = 0):
+    def __init__(
+        self,
+        images: FolderImages | PreparedImages,
+        scale: int,
+        max_size: int = 0,
+        degradation: RealEsrganDegradation | None = None,
+        seed: int = 0,
+    ):
         self.images, self.scale, self.max_size = images, scale, max_size
+        self.degradation, self.seed = degradation, seed
 
     def __len__(self) -> int:
         return len(self.images)
 
     def __getitem__(self, i: int) -> tuple[str, torch.Tensor, torch.Tensor]:
         hr = centre_crop(self.images.image(i), self.scale, self.max_size)
-        return Path(self.images.names[i]).stem, to_tensor(bicubic_downscale(hr, self.scale)), to_tensor(hr)
+        name = Path(self.images.names[i]).stem
+        return name, low_resolution(hr, self.scale, self.degradation, named_generator(self.seed, name)), to_tensor(hr)
 
 
 def centre_crop(image: np.ndarray, scale: int, max_size: int = 0) -> np.ndarray:

@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import Dataset
 
 from srgan.configs.errors import SrganError, first_line
-from srgan.configs.schema import BUILTIN_SAMPLES
+from srgan.configs.schema import BUILTIN_SAMPLES, RealEsrganDegradation
 from srgan.data.datasets import FolderImages, TrainPairs, ValImages, open_images, to_tensor
 from srgan.data.images import find_images, image_size
 from srgan.data.prepared import PreparedImages, is_prepared
@@ -219,12 +219,23 @@ class PairedCrops(Dataset):
 
 
 def training_crops(
-    images: FolderImages | PreparedImages | PairedImages, crop_size: int, scale: int, repeat: int, seed: int
+    images: FolderImages | PreparedImages | PairedImages,
+    crop_size: int,
+    scale: int,
+    repeat: int,
+    seed: int,
+    degradation: RealEsrganDegradation | None = None,
 ) -> TrainPairs | PairedCrops:
-    """The training dataset of an image set: crops with bicubic LR, or aligned paired crops."""
+    """The training dataset of an image set: crops with bicubic (or
+    `degradation`'s) LR, or aligned paired crops."""
     if isinstance(images, PairedImages):
+        if degradation is not None:
+            raise SrganError(
+                "data.degradation: realesrgan with a prepared paired set in data.train: the LR images are given, "
+                "there is nothing to degrade (set data.degradation: bicubic)"
+            )
         return PairedCrops(images, crop_size, scale, repeat, seed)
-    return TrainPairs(images, crop_size, scale, repeat, seed)
+    return TrainPairs(images, crop_size, scale, repeat, seed, degradation)
 
 
 class PairedValImages(ValImages):
@@ -248,8 +259,16 @@ def aligned_centre_crop(lr: np.ndarray, hr: np.ndarray, scale: int, max_size: in
     return lr[top : top + new_h, left : left + new_w], hr[top * s : (top + new_h) * s, left * s : (left + new_w) * s]
 
 
-def validation_images(images: FolderImages | PreparedImages | PairedImages, scale: int, max_size: int) -> ValImages:
-    """ValImages, or PairedValImages for paired data."""
+def validation_images(
+    images: FolderImages | PreparedImages | PairedImages,
+    scale: int,
+    max_size: int,
+    degradation: RealEsrganDegradation | None = None,
+    seed: int = 0,
+) -> ValImages:
+    """ValImages (their LR bicubic, or `degradation`'s with a generator fixed
+    by `seed` and the image's name), or PairedValImages for paired data,
+    whose LR is given (as Real-ESRGAN validates: on real pairs)."""
     if isinstance(images, PairedImages):
         return PairedValImages(images, scale, max_size)  # type: ignore[arg-type]
-    return ValImages(images, scale, max_size)
+    return ValImages(images, scale, max_size, degradation, seed)

@@ -11,7 +11,10 @@ import torch
 from PIL import Image, ImageDraw
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import bicubic_downscale, load_rgb8
+from srgan.data.datasets import low_resolution
+from srgan.data.degradations import named_generator
 from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.data.paired import fit_hr_to_lr
 from srgan.files import check_output
@@ -45,6 +48,16 @@ def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(row[:-1], axis=1)
 
 
+def degraded_lr(hr: np.ndarray, scale: int, degrade: tuple[RealEsrganDegradation, int] | None, name: str) -> np.ndarray:
+    """The HxWx3 uint8 LR of an HR image: bicubic, or degraded by (settings,
+    seed) from a generator fixed by the seed and `name`."""
+    if degrade is None:
+        return bicubic_downscale(hr, scale)
+    settings, seed = degrade
+    lr = low_resolution(hr, scale, settings, named_generator(seed, name))
+    return (lr * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+
+
 def compare_picture(
     generator: SRGenerator,
     runtime: Runtime,
@@ -54,12 +67,15 @@ def compare_picture(
     scores: ImageScores | None = None,
     model: str = "",
     lr_path: Path | None = None,
+    degrade: tuple[RealEsrganDegradation, int] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Write bicubic | SR | original for one HR photo, each panel labelled
     with its `scores` (default: Y-channel PSNR); returns them, by panel.
     `model`, what the checkpoint was recognised as, is said once the photo
-    is checked. `lr_path`: its LR image (or a folder holding one of the same
-    stem), the input of both, rather than a bicubic downscale of the HR."""
+    is checked. The LR, the input of both, is a bicubic downscale of the HR,
+    or: `lr_path`'s image (or a folder holding one of the same stem); or
+    with `degrade` (settings, seed), the HR degraded as `srgan evaluate
+    --degrade` degrades it."""
     if lr_path is not None:
         lr_path = lr_partner(image_path, lr_path)
     check_output(out_path, force, inputs=(image_path,) if lr_path is None else (image_path, lr_path))  # before the work
@@ -78,7 +94,7 @@ def compare_picture(
     if model:
         log.info("model: %s", model)
     generator.eval()
-    lr = given_lr if given_lr is not None else bicubic_downscale(hr, generator.scale)
+    lr = given_lr if given_lr is not None else degraded_lr(hr, generator.scale, degrade, image_path.stem)
     bicubic = bicubic_upscale(lr, generator.scale)
     sr = upscale_rgb8(generator, lr, runtime)
 

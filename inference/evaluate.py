@@ -14,10 +14,11 @@ import numpy as np
 import torch
 
 from srgan.configs.errors import SrganError, first_line
-from srgan.data import bicubic_downscale, find_images, load_rgb8
+from srgan.configs.schema import RealEsrganDegradation
+from srgan.data import find_images, load_rgb8
 from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.data.paired import fit_hr_to_lr, folder_pairs
-from srgan.inference.compare import bicubic_upscale, mod_crop
+from srgan.inference.compare import bicubic_upscale, degraded_lr, mod_crop
 from srgan.inference.metrics import CONVENTION, LOWER_IS_BETTER, ImageScores
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
@@ -47,6 +48,7 @@ def evaluate_folders(
     scores: ImageScores | None = None,
     model: str = "",
     lr_folder: Path | None = None,
+    degrade: tuple[RealEsrganDegradation, int] | None = None,
 ) -> dict:
     """Scores per image and their means, overall and (for several folders)
     per folder, as the literature reports Set5 and Set14 apart; one image
@@ -54,9 +56,11 @@ def evaluate_folders(
     (it counts in the overall mean and has no folder mean). `scores`: the
     metrics already loaded (the CLI loads them before the generator). `model`,
     what the checkpoint was recognised as, is said once the folders are checked.
-    `lr_folder`: the LR inputs (of SR and of bicubic) are its images, matched
-    to the one HR folder's by relative path less extension (srgan.data.paired),
-    rather than bicubic downscales of the HR."""
+    The LR inputs (of SR and of bicubic) are bicubic downscales of the HR, or:
+    `lr_folder`'s images, matched to the one HR folder's by relative path less
+    extension (srgan.data.paired); or with `degrade` (settings, seed), the HR
+    degraded by them from a generator fixed by the seed and the image's name
+    (the same LR on every call)."""
     scale = generator.scale
     scores = scores or ImageScores(metrics, runtime.device, "--metrics")
     partners = _lr_partners(folders, lr_folder) if lr_folder is not None else {}
@@ -104,11 +108,12 @@ def evaluate_folders(
         if min(hr.shape[:2]) < 2 * scale + 11:
             log.warning("skipping %s: too small to score at x%d", path, scale)
             continue
-        lr = given_lr if given_lr is not None else bicubic_downscale(hr, scale)
+        name = path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}"
+        lr = given_lr if given_lr is not None else degraded_lr(hr, scale, degrade, name)
         sr, bicubic, hr8 = _chw(upscale_pixels(network, lr, runtime)), _chw(bicubic_upscale(lr, scale)), _chw(hr)
         images.append(
             {
-                "name": path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}",
+                "name": name,
                 "sr": scores(sr, hr8, scale),
                 "bicubic": scores(bicubic, hr8, scale),
             }
@@ -133,7 +138,12 @@ def evaluate_folders(
         "scale": scale,
         "metrics": list(scores.names),
         "convention": CONVENTION.format(scale=scale),
-        "lr_folder": None if lr_folder is None else str(lr_folder),  # None: LR made by bicubic downscaling
+        "lr_folder": None if lr_folder is None else str(lr_folder),  # None: LR made from the HR, as "lr" says
+        "lr": "given"
+        if lr_folder is not None
+        else "bicubic"
+        if degrade is None
+        else f"realesrgan degradation, seed {degrade[1]}",
         "images": images,
         "mean": _means(images),
         "folders": per_folder,
@@ -164,7 +174,11 @@ def format_table(result: dict) -> str:
         f"x{result['scale']}, {' / '.join(_TITLES[m] for m in metrics)}"
         + (f" on the {result['convention']}" if {"psnr", "ssim"} & set(metrics) else "")
         + (f"; {', '.join(lower)}: on RGB, the whole image, lower is better" if lower else "")
-        + (f"; LR inputs from {_one_line(result['lr_folder'])}" if result.get("lr_folder") else ""),
+        + (
+            f"; LR inputs from {_one_line(result['lr_folder'])}"
+            if result.get("lr_folder")
+            else f"; LR: {result.get('lr', 'bicubic')}"
+        ),
         header,
     ]
     rows = [*result["images"], None, *folder_means, {"name": "mean", **result["mean"]}]

@@ -282,7 +282,7 @@ def check_onnx(data: bytes, generator: SRGenerator, precision: str, path: Path) 
 
 
 def weights_metadata(generator: SRGenerator) -> dict[str, str]:
-    """What a reader needs to rebuild the network (h-load's contract):
+    """What a reader needs to rebuild the network (models/checkpoint.py reads it back):
     srgan_model, the JSON of the resolved model section; arch; scale."""
     return {
         "srgan_model": json.dumps(model_section(generator)),

@@ -163,6 +163,9 @@ def test_config_show_prints_the_resolved_yaml():
         "finetune_esrgan_x4",
         "finetune_realesrgan_x4",
         "leftthomas_x4",
+        "realesrgan_demo",
+        "realesrgan_x4",
+        "realesrnet_x4",
         "srgan_x4",
         "srresnet_x4",
     ]

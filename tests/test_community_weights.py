@@ -132,7 +132,7 @@ def test_compact_files_load_and_compute_what_spandrel_computes(convs, kind, tmp_
 
 
 def srgan_safetensors(path, generator: torch.nn.Module, model: dict) -> None:
-    """What h-export's `srgan export -o x.safetensors` writes: the weights, and the model section as metadata."""
+    """What `srgan export -o x.safetensors` writes: the weights, and the model section as metadata."""
     metadata = {"srgan_model": json.dumps(model), "arch": model["arch"], "scale": str(model["scale"])}
     state = {k: v.contiguous() for k, v in generator.state_dict().items()}
     safetensors_torch.save_file(state, str(path), metadata=metadata)

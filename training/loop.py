@@ -114,14 +114,18 @@ class Trainer:
         train_images = open_image_set(
             d.train, d.train_lr, "data.train", "data.train_lr", scale, d.crop_size, d.cache_mb
         )
+        # Real-ESRGAN's pipeline, per sample in the DataLoader workers (docs/degradations.md measures why)
+        degradation = d.realesrgan if d.degradation == "realesrgan" else None
         self.val_images, self.bicubic = None, dict[str, float]()
         if d.val:
             # the SSIM window (11 px) must fit once `scale` px are shaved from each border
             val_images = open_image_set(d.val, d.val_lr, "data.val", "data.val_lr", scale, 2 * scale + 11)
             # the learned metrics' weights: a missing file stops the run here, before any work
             self.scores = ImageScores(t.val_metrics, self.runtime.device, "train.val_metrics")
-            self.val_images, self.bicubic = checked_validation_set(val_images, scale, d.val_max_size, self.scores)
-        self.dataset = training_crops(train_images, d.crop_size, scale, d.repeat, t.seed)
+            self.val_images, self.bicubic = checked_validation_set(
+                val_images, scale, d.val_max_size, self.scores, degradation, t.seed
+            )
+        self.dataset = training_crops(train_images, d.crop_size, scale, d.repeat, t.seed, degradation)
         self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed, world.rank, world.size)
         self.loader = DataLoader(
             self.dataset,

@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from srgan.data import ValImages, bicubic_downscale, to_tensor
+from srgan.data import ValImages, to_tensor
+from srgan.data.datasets import low_resolution
+from srgan.data.degradations import named_generator
 from srgan.data.paired import PairedValImages, aligned_centre_crop
 from srgan.files import check_output, write_file
 from srgan.inference.compare import GAP, side_by_side
@@ -48,7 +50,8 @@ class SampleSheet:
             c = min(side, h - h % self.scale, w - w % self.scale)
             top, left = (h - c) // 2, (w - c) // 2
             crop = np.ascontiguousarray(hr8[top : top + c, left : left + c])
-            self.crops.append((to_tensor(bicubic_downscale(crop, self.scale)), crop))
+            lr = low_resolution(crop, self.scale, images.degradation, named_generator(images.seed, f"sample {i}"))
+            self.crops.append((lr, crop))
 
     @torch.inference_mode()
     def draw(self, generator: torch.nn.Module, runtime: Runtime) -> np.ndarray:

@@ -11,6 +11,7 @@ import torch
 from PIL import Image
 
 from srgan.configs import SrganError
+from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import FolderImages, PreparedImages, ValImages
 from srgan.data.paired import PairedImages, validation_images
 from srgan.inference.metrics import ImageScores, quantize
@@ -29,14 +30,20 @@ def bicubic_upscale(lr: torch.Tensor, scale: int) -> torch.Tensor:
 
 
 def checked_validation_set(
-    images: FolderImages | PreparedImages | PairedImages, scale: int, max_size: int, scores: ImageScores
+    images: FolderImages | PreparedImages | PairedImages,
+    scale: int,
+    max_size: int,
+    scores: ImageScores,
+    degradation: RealEsrganDegradation | None = None,
+    seed: int = 0,
 ) -> tuple[ValImages, dict[str, float]]:
     """The validation images that decode, and the mean scores of bicubic
-    upscaling on them (of the given LR images with paired data): the figures
-    to beat. Every image is decoded once here, before training, so that a
-    file broken past its header is skipped with a warning now rather than
-    failing the first validation hours later."""
-    every = validation_images(images, scale, max_size)
+    upscaling on them (of the given LR images with paired data, of the
+    degraded ones with a `degradation`): the figures to beat. Every image is
+    decoded once here, before training, so that a file broken past its header
+    is skipped with a warning now rather than failing the first validation
+    hours later."""
+    every = validation_images(images, scale, max_size, degradation, seed)
     usable: list[int] = []
     sums = dict.fromkeys(scores.names, 0.0)
     for i in range(len(every)):
@@ -51,7 +58,7 @@ def checked_validation_set(
     if not usable:
         raise SrganError(f"data.val: none of the {len(images)} images can be decoded")
     means = {name: total / len(usable) for name, total in sums.items()}
-    return validation_images(images.select(usable), scale, max_size), means
+    return validation_images(images.select(usable), scale, max_size, degradation, seed), means
 
 
 def validate(
