@@ -83,6 +83,21 @@ def test_compact_receptive_radius_is_exact():
     assert g.receptive_radius == 4 and dependency_reach(g, 24, 0) == 4
 
 
+def test_a_deep_compact_stack_passes_gradient_to_its_first_layer():
+    """34 plain convs: with PyTorch's default conv init the first layer's
+    gradient is ~1e-20 (the network never leaves nearest-neighbour upscaling);
+    with He's init for PReLU's slope it is of the order of the last layer's."""
+    torch.manual_seed(0)
+    network = SRVGGNetCompact(scale=4, convs=32, channels=16)
+    x, target = torch.rand(2, 3, 12, 12), torch.rand(2, 3, 48, 48)
+    torch.nn.functional.l1_loss(network(x), target).backward()
+    first, last = network.body[0].weight.grad.norm(), network.body[-1].weight.grad.norm()
+    assert first > 1e-3 * last > 0
+    # and the network starts near the nearest-neighbour upscale it adds to
+    nearest = torch.nn.functional.interpolate(x, scale_factor=4, mode="nearest")
+    assert 0 < (network(x) - nearest).abs().mean() < 0.2
+
+
 @pytest.mark.parametrize("scale, blocks, channels, growth", [(4, 23, 64, 32), (2, 2, 16, 8), (1, 1, 8, 4)])
 def test_the_loaders_rrdb_size_is_the_networks(scale, blocks, channels, growth):
     """The limit on an rrdb's size is checked before building it, on a count
