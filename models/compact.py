@@ -81,6 +81,7 @@ def initialise(layers: list[nn.Module]) -> None:
     convs = [layer for layer in layers if isinstance(layer, nn.Conv2d)]
     for conv in convs:
         nn.init.kaiming_normal_(conv.weight, a=0.25, nonlinearity="leaky_relu")
+        assert conv.bias is not None  # every conv here has one, as Real-ESRGAN's
         nn.init.zeros_(conv.bias)
     with torch.no_grad():
         convs[-1].weight.mul_(0.1)
