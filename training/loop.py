@@ -270,10 +270,13 @@ class Trainer:
         p = self.progress
         if p.step == 0:
             return
+        # Both may be pending (a kill during a train.val_every validation on an
+        # epoch's last step): the validation first, as the step loop runs it
+        # before the epoch's end.
+        if self.validation_due() and p.validated_step != p.step:
+            self.validate_and_checkpoint()
         if (self.epoch_complete() and p.closed_step != p.step) or (self.done() and not self.epoch_complete()):
             self.end_epoch(started=time.perf_counter())
-        elif self.validation_due() and p.validated_step != p.step:
-            self.validate_and_checkpoint()
 
     def run_epoch(self, stop: StopSignals) -> None:
         t, p = self.config.train, self.progress

@@ -122,15 +122,19 @@ def test_sigterm_to_the_whole_process_group_saves_and_exits_cleanly(photo_dir, t
     assert load_checkpoint(run)["step"] >= 3
 
 
-def test_a_validation_image_that_goes_bad_mid_run(srgan, photo_dir, val_dir, tmp_path):
+@pytest.mark.parametrize("val_every", [0, 2])  # at the epoch's end; every 2 steps, which is the epoch's last step
+def test_a_validation_image_that_goes_bad_mid_run(srgan, photo_dir, val_dir, tmp_path, val_every):
     """The checkpoint of that step is written before the validation that
-    fails; once the image is back, resuming does the validation it missed."""
+    fails; once the image is back, resuming does the validation it missed
+    (and the end of the epoch it also missed, in the order of a run never stopped)."""
     val = tmp_path / "val"
     val.mkdir()
     image = val / "ihc.png"
     image.write_bytes((val_dir / "ihc.png").read_bytes())
     run = tmp_path / "run"
-    base = tiny_overrides(photo_dir, run, f"data.val={val}", "train.epochs=10", "train.max_steps=4")
+    base = tiny_overrides(
+        photo_dir, run, f"data.val={val}", "train.epochs=10", "train.max_steps=4", f"train.val_every={val_every}"
+    )
     from srgan.configs import load_config
     from srgan.training.loop import Trainer
 
