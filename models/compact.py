@@ -73,11 +73,12 @@ def initialise(layers: list[nn.Module]) -> None:
     """He initialisation for PReLU's starting slope (0.25), and a small last
     conv. PyTorch's default conv initialisation keeps about a sixth of the
     signal's variance a layer; over a plain stack of 34 convs that leaves the
-    body's output, and every gradient before its last layers, near 1e-25.
-    Measured: with it, compact_x4's network trained 1000 steps on L1 never
-    moved its first PReLU and stayed at nearest-neighbour upscaling (Set5
-    26.26 dB, bicubic 28.43). The last conv starts at a tenth of He's scale,
-    so the network starts close to the nearest-neighbour upscale it adds."""
+    gradient reaching the first layer near 1e-15 of the last layer's
+    (tests/test_arch.py), so the early layers cannot learn. The last conv
+    starts at a tenth of He's scale, so the network starts close to the
+    nearest-neighbour upscale it adds. (Not enough on its own: 1000 L1 steps
+    on the built-in photos, lr 5e-4, still leave compact_x4's network at
+    nearest-neighbour quality; docs/quality.md.)"""
     convs = [layer for layer in layers if isinstance(layer, nn.Conv2d)]
     for conv in convs:
         nn.init.kaiming_normal_(conv.weight, a=0.25, nonlinearity="leaky_relu")
