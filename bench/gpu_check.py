@@ -3,7 +3,8 @@ first on a machine with a GPU, under 8 minutes on one. It runs the CUDA
 tests, a short training and its resume, an upscale, `srgan bench train`
 (fp32 deterministic and not, bf16, bf16 + compile), `srgan bench upscale`,
 ESRGAN's RRDBNet (a run, its resume, a bf16 upscale, its training step at
-the presets' size) and a 1-rank NCCL job under torchrun, and prints one summary with the
+the presets' size), whether Real-ESRGAN's degradations keep realesrnet_x4's
+step fed, and a 1-rank NCCL job under torchrun, and prints one summary with the
 figures docs/performance.md lacks. Without CUDA the CUDA parts are
 skipped, each with its reason, and the parts that run anywhere (the 1-rank
 torchrun job, on gloo) still run."""
@@ -287,6 +288,63 @@ def check_rrdb(work: Path) -> dict:
     return {"ok": ok, **results, "error": (again.stderr + up.stderr).strip().splitlines()[-1:] if not ok else []}
 
 
+def check_degradations(
+    work: Path, device: str = "cuda", blocks: int = 23, batch: int = 12, crop: int = 256, iters: int = 10
+) -> dict:
+    """Do Real-ESRGAN's degradations keep the GPU fed? realesrnet_x4's step
+    on the device (images a second; the same step whatever the LR was made
+    by) against the degraded pairs a second that the preset's 5 workers make
+    on this machine's cores, and the same crops made by bicubic."""
+    done = srgan(
+        "bench",
+        "train",
+        "--config",
+        "realesrnet_x4",
+        *sets([f"train.device={device}", f"model.blocks={blocks}"]),
+        "--batch",
+        str(batch),
+        "--crop",
+        str(crop),
+        "--iters",
+        str(iters),
+        "--warmup",
+        "2",
+        "--json",
+        timeout=420,
+    )
+    step = last_json(done.stdout)
+    if not step:
+        return {"ok": False, "error": done.stderr.strip().splitlines()[-1:]}
+    figures: dict[str, Any] = {"step_images_per_s": round(step["images_per_s"], 1)}
+    for degradation in ("realesrgan", "bicubic"):
+        done = srgan(
+            "bench",
+            "data",
+            "--config",
+            "realesrnet_x4",
+            *sets(
+                [
+                    "data.train=builtin:samples",
+                    f"data.degradation={degradation}",
+                    f"data.crop_size={crop}",
+                    f"data.batch_size={batch}",
+                ]
+            ),
+            "--batches",
+            str(5 * iters),
+            "--json",
+            timeout=300,
+        )
+        data = last_json(done.stdout)
+        if not data:
+            return {"ok": False, **figures, "error": done.stderr.strip().splitlines()[-1:]}
+        figures[f"{degradation}_pairs_per_s"] = data["pairs_per_s"]
+    figures["workers"] = data["workers"]
+    # above 1: the workers make pairs faster than the step consumes them
+    figures["degraded_over_step"] = round(figures["realesrgan_pairs_per_s"] / figures["step_images_per_s"], 2)
+    return {"ok": True, **figures}
+
+
 def check_ddp_one_rank(work: Path) -> dict:
     """torchrun with one rank: NCCL on CUDA, gloo without (this part runs anywhere)."""
     run = work / "ddp"
@@ -335,6 +393,7 @@ CHECKS = [
     ("bench train", check_bench_train, True),
     ("bench upscale", check_bench_upscale, True),
     ("rrdb", check_rrdb, True),
+    ("degradations", check_degradations, True),
     ("torchrun, 1 rank", check_ddp_one_rank, False),
 ]
 
