@@ -35,8 +35,7 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     image_set = open_image_set(
         d.train, d.train_lr, "data.train", "data.train_lr", config.model.scale, d.crop_size, d.cache_mb
     )
-    degradation = d.realesrgan if d.degradation == "realesrgan" else None
-    dataset = training_crops(image_set, d.crop_size, config.model.scale, d.repeat, config.train.seed, degradation)
+    dataset = training_crops(image_set, d.crop_size, config.model.scale, d.repeat, config.train.seed, d.pipeline)
     images = image_set.hr if isinstance(image_set, PairedImages) else image_set  # paired: the HR side's source
     sampler = EpochSampler(len(dataset), d.batch_size, config.train.seed)
     loader = DataLoader(

@@ -175,6 +175,12 @@ class DataConfig:
     degradation: Literal["bicubic", "realesrgan"] = "bicubic"
     realesrgan: RealEsrganDegradation = field(default_factory=RealEsrganDegradation)
 
+    @property
+    def pipeline(self) -> RealEsrganDegradation | None:
+        """The degradation pipeline's settings, None for bicubic: what the
+        datasets take."""
+        return self.realesrgan if self.degradation == "realesrgan" else None
+
 
 @dataclass
 class LossWeights:

@@ -34,8 +34,7 @@ def degradation_sheet(images: FolderImages | PreparedImages, config: Config, cou
     crops and LR that training with `config` and `seed` draws first (epoch 0,
     indices 0 .. count-1, the images in turn)."""
     d = config.data
-    degradation = d.realesrgan if d.degradation == "realesrgan" else None
-    pairs = TrainPairs(images, d.crop_size, config.model.scale, 1, seed, degradation)
+    pairs = TrainPairs(images, d.crop_size, config.model.scale, 1, seed, d.pipeline)
     rows = []
     for index in range(count):
         lr, hr = pairs[(0, index)]

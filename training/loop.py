@@ -115,7 +115,7 @@ class Trainer:
             d.train, d.train_lr, "data.train", "data.train_lr", scale, d.crop_size, d.cache_mb
         )
         # Real-ESRGAN's pipeline, per sample in the DataLoader workers (docs/degradations.md measures why)
-        degradation = d.realesrgan if d.degradation == "realesrgan" else None
+        degradation = d.pipeline
         self.val_images, self.bicubic = None, dict[str, float]()
         if d.val:
             # the SSIM window (11 px) must fit once `scale` px are shaved from each border
