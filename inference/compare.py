@@ -48,9 +48,29 @@ def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(row[:-1], axis=1)
 
 
-def degraded_lr(hr: np.ndarray, scale: int, degrade: tuple[RealEsrganDegradation, int] | None, name: str) -> np.ndarray:
-    """The HxWx3 uint8 LR of an HR image: bicubic, or degraded by (settings,
-    seed) from a generator fixed by the seed and `name`."""
+def scored_hr(
+    hr: np.ndarray, given_lr: np.ndarray | None, scale: int, hr_path: Path, lr_path: Path | None
+) -> np.ndarray | None:
+    """The HR the scores compare with: cut to fit a given LR (None when their
+    sizes disagree: fit_hr_to_lr warns, naming both files), or else cropped
+    to a multiple of `scale`."""
+    if given_lr is None or lr_path is None:
+        return mod_crop(hr, scale)
+    return fit_hr_to_lr(hr, given_lr, scale, (hr_path, lr_path))
+
+
+def model_input(
+    hr: np.ndarray,
+    given_lr: np.ndarray | None,
+    scale: int,
+    degrade: tuple[RealEsrganDegradation, int] | None,
+    name: str,
+) -> np.ndarray:
+    """The HxWx3 uint8 LR the model and bicubic take: the given one, or the
+    HR's, by bicubic or degraded by (settings, seed) from a generator fixed
+    by the seed and `name`."""
+    if given_lr is not None:
+        return given_lr
     if degrade is None:
         return bicubic_downscale(hr, scale)
     settings, seed = degrade
@@ -80,21 +100,16 @@ def compare_picture(
         lr_path = lr_partner(image_path, lr_path)
     check_output(out_path, force, inputs=(image_path,) if lr_path is None else (image_path, lr_path))  # before the work
     scores = scores or ImageScores(["psnr"], runtime.device, "--metrics")
-    hr = _decode(image_path)
     given_lr = None if lr_path is None else _decode(lr_path)
-    if given_lr is not None and lr_path is not None:
-        fitted = fit_hr_to_lr(hr, given_lr, generator.scale, (image_path, lr_path))
-        if fitted is None:
-            raise SrganError(f"--lr {lr_path}: its size does not agree with {image_path}'s at x{generator.scale}")
-        hr = fitted
-    else:
-        hr = mod_crop(hr, generator.scale)
+    hr = scored_hr(_decode(image_path), given_lr, generator.scale, image_path, lr_path)
+    if hr is None:
+        raise SrganError(f"--lr {lr_path}: its size does not agree with {image_path}'s at x{generator.scale}")
     if min(hr.shape[:2]) < 4 * generator.scale:
         raise SrganError(f"{image_path}: too small to compare at x{generator.scale}")
     if model:
         log.info("model: %s", model)
     generator.eval()
-    lr = given_lr if given_lr is not None else degraded_lr(hr, generator.scale, degrade, image_path.stem)
+    lr = model_input(hr, given_lr, generator.scale, degrade, image_path.stem)
     bicubic = bicubic_upscale(lr, generator.scale)
     sr = upscale_rgb8(generator, lr, runtime)
 

@@ -17,8 +17,8 @@ from srgan.configs.errors import SrganError, first_line
 from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import find_images, load_rgb8
 from srgan.data.images import IMAGE_EXTENSIONS
-from srgan.data.paired import fit_hr_to_lr, folder_pairs
-from srgan.inference.compare import bicubic_upscale, degraded_lr, mod_crop
+from srgan.data.paired import folder_pairs
+from srgan.inference.compare import bicubic_upscale, model_input, scored_hr
 from srgan.inference.metrics import CONVENTION, LOWER_IS_BETTER, ImageScores
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
@@ -98,18 +98,15 @@ def evaluate_folders(
             log.warning("%s; skipped", reason)
             failed.append(reason)
             continue
-        if lr_path is not None and given_lr is not None:
-            fitted = fit_hr_to_lr(hr, given_lr, scale, (path, lr_path))  # None: warned, skipped
-            if fitted is None:
-                continue
-            hr = fitted
-        else:
-            hr = mod_crop(hr, scale)
+        fitted = scored_hr(hr, given_lr, scale, path, lr_path)
+        if fitted is None:  # a pair whose sizes disagree: warned, skipped
+            continue
+        hr = fitted
         if min(hr.shape[:2]) < 2 * scale + 11:
             log.warning("skipping %s: too small to score at x%d", path, scale)
             continue
         name = path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}"
-        lr = given_lr if given_lr is not None else degraded_lr(hr, scale, degrade, name)
+        lr = model_input(hr, given_lr, scale, degrade, name)
         sr, bicubic, hr8 = _chw(upscale_pixels(network, lr, runtime)), _chw(bicubic_upscale(lr, scale)), _chw(hr)
         images.append(
             {

@@ -19,7 +19,7 @@ from srgan.configs import SrganError, config_from_dict, config_to_dict, load_con
 from srgan.configs.schema import BlurConfig, NoiseConfig, RealEsrganDegradation
 from srgan.data import EpochSampler, TrainPairs, ValImages, open_images
 from srgan.data import degradations as D
-from srgan.inference.compare import GAP, degraded_lr
+from srgan.inference.compare import GAP, model_input
 
 # ---------------------------------------------------------------- the config
 
@@ -275,10 +275,10 @@ def test_degrade_writes_a_sheet_of_count_rows_and_refuses_to_overwrite(srgan, ph
 def test_evaluate_degrade_scores_the_same_lr_on_every_call(srgan, photo_dir, val_dir, tmp_path):
     hr = np.asarray(Image.open(photo_dir / "astronaut.png").convert("RGB"))
     degrade = (RealEsrganDegradation(), 0)
-    first, second = degraded_lr(hr, 4, degrade, "astronaut"), degraded_lr(hr, 4, degrade, "astronaut")
+    first, second = model_input(hr, None, 4, degrade, "astronaut"), model_input(hr, None, 4, degrade, "astronaut")
     assert first.shape == (32, 32, 3) and first.dtype == np.uint8
     assert np.array_equal(first, second)
-    assert not np.array_equal(first, degraded_lr(hr, 4, None, "astronaut"))
+    assert not np.array_equal(first, model_input(hr, None, 4, None, "astronaut"))
 
     checkpoint = bare_checkpoint(tmp_path / "g.pt")
     scores = []
