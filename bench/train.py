@@ -130,12 +130,12 @@ def check_yardstick_shapes(path: Path, config: Config) -> bool:
     return False
 
 
-def run_yardstick(path: Path, config: Config, iters: int, warmup: int, esrgan: bool = False) -> dict:
-    """The yardstick's training step (../shared/bench/yardstick_step.py or
-    yardstick_esrgan.py) on the same shapes, in a child process."""
+def yardstick_command(path: Path, config: Config, iters: int, warmup: int, esrgan: bool = False) -> list[str]:
+    """The command that times the yardstick (../shared/bench/yardstick_step.py
+    or yardstick_esrgan.py) on the config's shapes."""
     if not path.is_file():
         raise SrganError(f"--yardstick: {path}: no such file")
-    command = [
+    return [
         sys.executable,
         str(path),
         "--batch",
@@ -150,7 +150,11 @@ def run_yardstick(path: Path, config: Config, iters: int, warmup: int, esrgan: b
         str(warmup),
         *(["--blocks", str(config.model.blocks)] if esrgan else []),
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
+
+
+def run_yardstick(path: Path, config: Config, iters: int, warmup: int, esrgan: bool = False) -> dict:
+    """The yardstick's training step on the same shapes, in a child process."""
+    done = subprocess.run(yardstick_command(path, config, iters, warmup, esrgan), capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise SrganError(f"--yardstick: {path} failed: {done.stderr.strip().splitlines()[-1:]}")

@@ -58,6 +58,14 @@ def train(
             "train.deterministic=false), the two steps taken in turn, and report compared_over_this.",
         ),
     ] = None,
+    flops: Annotated[
+        bool,
+        typer.Option(
+            "--flops",
+            help="Also count the step's floating-point operations (and the yardstick's), measure the machine's "
+            "matmul rate, and report the largest speed-up a step doing these operations could reach.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Seconds per training step of the real step (random batch, random VGG weights)."""
@@ -73,7 +81,7 @@ def train(
         *(overrides or []),
     ]
     resolved = load_config(config, settings)
-    from srgan.bench.train import bench_interleaved, check_yardstick_shapes, run_yardstick
+    from srgan.bench.train import bench_interleaved, check_yardstick_shapes, run_yardstick, yardstick_command
 
     if compare_update and compare:
         raise SrganError("--compare-update and --compare: one comparison at a time")
@@ -98,6 +106,12 @@ def train(
         result["yardstick"] = {key: theirs.get(key) for key in ("impl", "batch", "crop", "scale", "blocks")}
         result["yardstick_median_s_per_step"] = theirs["median_s_per_iter"]
         result["speedup"] = theirs["median_s_per_iter"] / result["median_s_per_step"]
+    if flops:
+        from srgan.bench.flops import flops_report
+
+        count_command = yardstick_command(yardstick, resolved, 1, 0, esrgan) if yardstick is not None else None
+        yardstick_s = result.get("yardstick_median_s_per_step")
+        result.update(flops_report(resolved, result["median_s_per_step"], count_command, yardstick_s))
     if as_json:
         typer.echo(json.dumps(result))
         return
@@ -116,6 +130,18 @@ def train(
         )
     if "speedup" in result:
         typer.echo(f"yardstick: {result['yardstick_median_s_per_step']:.3f} s median: {result['speedup']:.2f}x faster")
+    if "gflop_per_step" in result:
+        rates = ", ".join(f"{rate:.0f} {name}" for name, rate in result["matmul_gflop_per_s"].items())
+        typer.echo(
+            f"work: {result['gflop_per_step']:.1f} GFLOP a step at {result['gflop_per_s']:.0f} GFLOP/s "
+            f"({result['fraction_of_matmul_rate']:.0%} of this machine's matmul rate: {rates} GFLOP/s)"
+        )
+    if "speedup_ceiling" in result:
+        typer.echo(
+            f"yardstick's work: {result['yardstick_gflop_per_step']:.1f} GFLOP a step at "
+            f"{result['yardstick_gflop_per_s']:.0f} GFLOP/s; the most any step doing this step's work at the "
+            f"matmul rate could gain over it: {result['speedup_ceiling']:.2f}x"
+        )
 
 
 @bench_app.command("upscale")

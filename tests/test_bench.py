@@ -56,6 +56,7 @@ def test_bench_train_prints_one_json_line_with_its_figures():
     assert figures["min_s_per_step"] <= figures["median_s_per_step"]
     assert (figures["precision"], figures["update"], figures["device"]) == ("fp32", "retain_graph", "cpu")
     assert figures["batch"] == 2 and figures["crop"] == 32 and figures["finite"] is True
+    assert "gflop_per_step" not in figures  # counted only with --flops
 
 
 def test_bench_refuses_a_yardstick_of_other_shapes(tmp_path):
@@ -145,6 +146,7 @@ def test_bench_times_the_esrgan_yardstick_on_the_same_shapes():
         "0",
         "--yardstick",
         str(YARDSTICK_ESRGAN),
+        "--flops",
         "--json",
     )
     assert result.returncode == 0, result.stderr
@@ -152,6 +154,41 @@ def test_bench_times_the_esrgan_yardstick_on_the_same_shapes():
     assert figures["yardstick"] == {"impl": "yardstick-esrgan", "batch": 2, "crop": 32, "scale": 4, "blocks": 1}
     assert (figures["discriminator"], figures["d_loss"], figures["blocks"]) == ("vgg", "relativistic", 1)
     assert figures["yardstick_median_s_per_step"] > 0 and figures["speedup"] > 0
+    # --flops: the same networks on the same batch, so the work differs only by
+    # the D forwards: BasicSR's step runs D five times (one only to detach it),
+    # ours four; both the same generator, VGG and D's backward passes.
+    ours, theirs = figures["gflop_per_step"], figures["yardstick_gflop_per_step"]
+    assert 0.8 * theirs < ours < theirs
+    ceiling = figures["yardstick_median_s_per_step"] * figures["matmul_gflop_per_s"]["fp32"] / ours
+    assert figures["speedup_ceiling"] == pytest.approx(ceiling)
+
+
+def test_flops_counts_what_runs():
+    """The counter sees a backward's weight gradient and, only when an input
+    needs one, its input gradient: what makes a frozen D's backward cheaper."""
+    from srgan.bench.flops import step_flops
+
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+    forward = 2 * 1 * 8 * 16 * 16 * 3 * 9  # multiply-adds of a 1x3x16x16 input, 2 FLOPs each
+    x = torch.rand(1, 3, 16, 16)
+    assert step_flops(lambda: conv(x).sum().backward()) == 2 * forward
+    x.requires_grad_(True)
+    assert step_flops(lambda: conv(x).sum().backward()) == 3 * forward
+    conv.requires_grad_(False)
+    assert step_flops(lambda: conv(x).sum().backward()) == 2 * forward
+
+
+def test_yardstick_flops_counts_one_run_of_the_script(tmp_path):
+    from srgan.bench.flops import yardstick_flops
+
+    script = tmp_path / "yardstick.py"
+    script.write_text("import sys, torch\nn = int(sys.argv[1])\ntorch.mm(torch.rand(n, 32), torch.rand(32, 16))\n")
+    import sys
+
+    assert yardstick_flops([sys.executable, str(script), "64"]) == 2 * 64 * 32 * 16
+    script.write_text("raise SystemExit('broken')\n")
+    with pytest.raises(Exception, match="counting .*yardstick.py failed"):
+        yardstick_flops([sys.executable, str(script), "64"])
 
 
 def test_bench_refuses_the_esrgan_yardstick_for_another_step(tmp_path):
