@@ -85,7 +85,23 @@ def test_the_realesrgan_presets_spell_out_every_key_and_load_back(name):
     config = load_config(name)
     assert keys(raw) == keys(config_to_dict(config))
     assert config_from_dict(config_to_dict(config)) == config
-    assert config.data.realesrgan == RealEsrganDegradation()  # Real-ESRGAN's values, the schema's defaults
+    if name != "realesrgan_demo":  # its ranges are narrowed: the next test
+        assert config.data.realesrgan == RealEsrganDegradation()  # Real-ESRGAN's values, the schema's defaults
+
+
+def test_realesrgan_demo_degrades_as_photos_are_one_defect_each():
+    """A Gaussian blur at the HR size, the downscale, colour noise at the LR
+    size, one JPEG: Real-ESRGAN's stages with the rest turned off, its blur
+    within Real-ESRGAN's range."""
+    r, real_esrgan = load_config("realesrgan_demo").data.realesrgan, RealEsrganDegradation()
+    assert (r.first.blur_prob, r.second.blur_prob, r.first.blur.sinc_prob, r.final.sinc_prob) == (1, 0, 0, 0)
+    assert r.first.blur.kernels.iso + r.first.blur.kernels.aniso == 1
+    low, high = real_esrgan.first.blur.sigma
+    assert low <= r.first.blur.sigma[0] < r.first.blur.sigma[1] <= high
+    assert (r.first.resize.keep, r.second.resize.keep) == (1, 1)  # HR size, then straight to the LR size
+    assert r.first.noise.gaussian_sigma == [0, 0] and r.first.jpeg_quality[0] >= 95  # nothing else at the HR size
+    assert (r.second.noise.gaussian_prob, r.second.noise.gray_prob) == (1, 0) and r.second.noise.gaussian_sigma[1] > 0
+    assert 30 <= r.second.jpeg_quality[0] < r.second.jpeg_quality[1] <= 95
 
 
 def test_realesrgan_presets_follow_real_esrgans_options():
