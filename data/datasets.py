@@ -11,8 +11,10 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -27,6 +29,7 @@ from srgan.data.prepared import PreparedImages, is_prepared
 from srgan.data.samples import BUILTIN_SAMPLES, TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
 
 log = logging.getLogger("srgan")
+T = TypeVar("T")
 
 
 def open_images(spec: str, key: str, min_side: int, cache_mb: int = 0) -> FolderImages | PreparedImages:
@@ -182,16 +185,7 @@ class TrainPairs(Dataset):
         return len(self.images) * self.repeat
 
     def _image(self, i: int) -> np.ndarray:
-        count = len(self.images)
-        for j in range(i, i + count):  # a file broken past its header: take the next good one
-            if j % count in self._broken:
-                continue
-            try:
-                return self.images.image(j % count)
-            except SrganError as error:
-                self._broken.add(j % count)
-                log.warning("skipping %s", error)
-        raise SrganError(f"data.train: none of the {count} images can be decoded")
+        return first_decodable(i, len(self.images), self._broken, self.images.image, "images")
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         epoch, index = key
@@ -201,14 +195,33 @@ class TrainPairs(Dataset):
         c = self.crop_size
         top = int(rng.integers(0, height - c + 1))
         left = int(rng.integers(0, width - c + 1))
-        hr = image[top : top + c, left : left + c]
-        if rng.random() < 0.5:
-            hr = hr[:, ::-1]
-        if rng.random() < 0.5:
-            hr = hr[::-1, :]
-        hr = np.rot90(hr, k=int(rng.integers(0, 4)))
-        hr = np.ascontiguousarray(hr)
+        (hr,) = flip_and_turn(rng, image[top : top + c, left : left + c])
         return low_resolution(hr, self.scale, self.degradation, rng), to_tensor(hr)
+
+
+def first_decodable(i: int, count: int, broken: set[int], load: Callable[[int], T], what: str) -> T:
+    """load(i), or if item i is broken past its header the next good one
+    (cyclically); the broken are remembered in `broken` and warned of once."""
+    for j in range(i, i + count):
+        if j % count in broken:
+            continue
+        try:
+            return load(j % count)
+        except SrganError as error:
+            broken.add(j % count)
+            log.warning("skipping %s", error)
+    raise SrganError(f"data.train: none of the {count} {what} can be decoded")
+
+
+def flip_and_turn(rng: np.random.Generator, *images: np.ndarray) -> list[np.ndarray]:
+    """The same random left-right flip, up-down flip and quarter turns of
+    each image (an HR crop, or an aligned LR/HR pair), made contiguous."""
+    if rng.random() < 0.5:
+        images = tuple(image[:, ::-1] for image in images)
+    if rng.random() < 0.5:
+        images = tuple(image[::-1, :] for image in images)
+    turns = int(rng.integers(0, 4))
+    return [np.ascontiguousarray(np.rot90(image, k=turns)) for image in images]
 
 
 class EpochSampler(Sampler):

@@ -25,7 +25,15 @@ from torch.utils.data import Dataset
 
 from srgan.configs.errors import SrganError, first_line
 from srgan.configs.schema import BUILTIN_SAMPLES, RealEsrganDegradation
-from srgan.data.datasets import FolderImages, TrainPairs, ValImages, open_images, to_tensor
+from srgan.data.datasets import (
+    FolderImages,
+    TrainPairs,
+    ValImages,
+    first_decodable,
+    flip_and_turn,
+    open_images,
+    to_tensor,
+)
 from srgan.data.images import find_images, image_size
 from srgan.data.prepared import PreparedImages, is_prepared
 
@@ -189,16 +197,7 @@ class PairedCrops(Dataset):
         return len(self.images) * self.repeat
 
     def _pair(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        count = len(self.images)
-        for j in range(i, i + count):  # a file broken past its header: take the next good pair
-            if j % count in self._broken:
-                continue
-            try:
-                return self.images.pair(j % count)
-            except SrganError as error:
-                self._broken.add(j % count)
-                log.warning("skipping %s", error)
-        raise SrganError(f"data.train: none of the {count} pairs can be decoded")
+        return first_decodable(i, len(self.images), self._broken, self.images.pair, "pairs")
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         epoch, index = key
@@ -209,13 +208,8 @@ class PairedCrops(Dataset):
         left = int(rng.integers(0, lr.shape[1] - c + 1))
         lr = lr[top : top + c, left : left + c]
         hr = hr[top * s : (top + c) * s, left * s : (left + c) * s]
-        if rng.random() < 0.5:
-            lr, hr = lr[:, ::-1], hr[:, ::-1]
-        if rng.random() < 0.5:
-            lr, hr = lr[::-1, :], hr[::-1, :]
-        turns = int(rng.integers(0, 4))
-        lr, hr = np.rot90(lr, k=turns), np.rot90(hr, k=turns)
-        return to_tensor(np.ascontiguousarray(lr)), to_tensor(np.ascontiguousarray(hr))
+        lr, hr = flip_and_turn(rng, lr, hr)
+        return to_tensor(lr), to_tensor(hr)
 
 
 def training_crops(
