@@ -52,7 +52,7 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _describe(_read_holder(fd))
+            holder = _describe(_current_holder(fd))
             os.close(fd)
             raise SrganError(
                 f"{self.path.parent}: the run folder is in use by {holder}; wait for it to finish or stop it "
@@ -119,6 +119,19 @@ def holder_alive(holder: dict) -> bool:
     except PermissionError:  # alive, someone else's
         return True
     return True
+
+
+def _current_holder(fd: int, patience: float = 1.0) -> dict:
+    """The record of the process holding the lock. A holder writes its record
+    just after it takes the flock, so a process refused in between reads an
+    empty file (or a killed holder's old one): look again for a moment
+    before settling for 'another process'."""
+    deadline = time.monotonic() + patience
+    while True:
+        holder = _read_holder(fd)
+        if holder_alive(holder) or time.monotonic() > deadline:
+            return holder
+        time.sleep(0.02)
 
 
 def _read_holder(fd: int) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -146,6 +147,25 @@ def test_the_lock_file_records_its_holder(tmp_path):
         RunLock(tmp_path).acquire()  # a second lock, even in the same process
     lock.release()
     RunLock(tmp_path).acquire().release()
+
+
+def test_a_process_refused_while_the_holder_writes_its_record_still_names_it(tmp_path):
+    # The holder takes the flock, then writes who it is: a second process in
+    # between used to read an empty file and say "another process".
+    import fcntl
+    import threading
+
+    holder_fd = os.open(tmp_path / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": "now"}).encode()
+    writer = threading.Timer(0.3, lambda: os.pwrite(holder_fd, record, 0))
+    writer.start()
+    try:
+        with pytest.raises(Exception, match=f"in use by process {os.getpid()} "):
+            RunLock(tmp_path).acquire()
+    finally:
+        writer.join()
+        os.close(holder_fd)
 
 
 def test_a_run_folder_that_cannot_be_one(srgan, photo_dir, tmp_path):
