@@ -85,8 +85,8 @@ def test_compact_receptive_radius_is_exact():
 
 def test_a_deep_compact_stack_passes_gradient_to_its_first_layer():
     """34 plain convs: with PyTorch's default conv init the first layer's
-    gradient is ~1e-20 (the network never leaves nearest-neighbour upscaling);
-    with He's init for PReLU's slope it is of the order of the last layer's."""
+    gradient is ~1e-20 of the last's; from srgan's start it is of the order
+    of the last layer's."""
     torch.manual_seed(0)
     network = SRVGGNetCompact(scale=4, convs=32, channels=16)
     x, target = torch.rand(2, 3, 12, 12), torch.rand(2, 3, 48, 48)
@@ -96,6 +96,47 @@ def test_a_deep_compact_stack_passes_gradient_to_its_first_layer():
     # and the network starts near the nearest-neighbour upscale it adds to
     nearest = torch.nn.functional.interpolate(x, scale_factor=4, mode="nearest")
     assert 0 < (network(x) - nearest).abs().mean() < 0.2
+
+
+def test_a_deep_compact_stack_learns_from_its_first_steps():
+    """32 convs on random photo crops, L1, Adam at lr 5e-4. From He-random
+    middle convs the stack's signal collapsed within 50 steps and the network
+    stayed at nearest-neighbour quality (26.68 dB here at step 100, the
+    first layer's gradient 2e-6); from the identity start it learns (26.88
+    dB, first layer's gradient 8e-3)."""
+    import torch.nn.functional as F
+
+    photos = [torch.from_numpy(skimage_photo(n)).permute(2, 0, 1).float() / 255 for n in ("astronaut", "coffee")]
+    held_out = torch.from_numpy(skimage_photo("chelsea")[:128, :128]).permute(2, 0, 1).float()[None] / 255
+    generator = torch.Generator().manual_seed(0)
+
+    def bicubic_pair(hr):
+        return F.interpolate(hr, scale_factor=0.25, mode="bicubic", antialias=True).clamp(0, 1), hr
+
+    def crops(count=8, size=64):
+        out = []
+        for _ in range(count):
+            photo = photos[int(torch.randint(len(photos), (1,), generator=generator))]
+            y, x = (int(torch.randint(n - size, (1,), generator=generator)) for n in photo.shape[1:])
+            out.append(photo[:, y : y + size, x : x + size])
+        return bicubic_pair(torch.stack(out))
+
+    def psnr(lr, hr):
+        with torch.no_grad():
+            return -10 * torch.log10(F.mse_loss(network(lr).clamp(0, 1), hr)).item()
+
+    torch.manual_seed(0)
+    network = SRVGGNetCompact(scale=4, convs=32, channels=32)
+    optimizer = torch.optim.Adam(network.parameters(), lr=5e-4, betas=(0.9, 0.99))
+    val_lr, val_hr = bicubic_pair(held_out)
+    nearest = -10 * torch.log10(F.mse_loss(F.interpolate(val_lr, scale_factor=4), val_hr)).item()
+    for _ in range(100):
+        lr, hr = crops()
+        optimizer.zero_grad()
+        F.l1_loss(network(lr), hr).backward()
+        optimizer.step()
+    assert network.body[0].weight.grad.norm() > 1e-4
+    assert psnr(val_lr, val_hr) > nearest + 0.1
 
 
 @pytest.mark.parametrize("scale, blocks, channels, growth", [(4, 23, 64, 32), (2, 2, 16, 8), (1, 1, 8, 4)])
