@@ -20,8 +20,9 @@ network). Nothing here reads a file or runs code.
 
 The ESRGAN renamings are spandrel's (chaiNNer-org/spandrel, architectures/
 ESRGAN: `_to_old_arch`), read the other way. BasicSR's weights sit under
-`params_ema` or `params` (or at the top); a DataParallel run's keys start
-with `module.`.
+`params_ema` or `params`, other trainers' under `state_dict`, `model`,
+`net` and the like (WRAPPER_KEYS), or at the top; a DataParallel run's
+names start with `module.`.
 """
 
 from __future__ import annotations
@@ -51,20 +52,35 @@ class Recognised:
     weights: dict[str, torch.Tensor]  # under srgan's names
 
 
+# Where trainers keep a generator's tensors inside the file, in the order
+# looked at: BasicSR's EMA weights first (what Real-ESRGAN's inference
+# loads), then its plain ones, then the other trainers' keys (the ones
+# spandrel's loader also unwraps: traiNNer, neosr, plain PyTorch scripts).
+WRAPPER_KEYS = ("params_ema", "params-ema", "params", "model_state_dict", "state_dict", "model", "net", "netG")
+PREFIXES = ("module.", "netG.")  # DataParallel's, and old ESRGAN trainers'
+
+
 def unwrap_state_dict(state: Any) -> dict[str, torch.Tensor] | None:
-    """The tensors of a bare generator file: BasicSR's `params_ema` (the EMA
-    weights, preferred as Real-ESRGAN's inference does) or `params`, or the
-    dict itself; `module.` prefixes dropped. None when it is no such dict."""
+    """The tensors of a bare generator file: under the first of WRAPPER_KEYS
+    the file has, under its one key when it has only one, or the dict
+    itself; a prefix of PREFIXES that every name shares dropped. None when
+    it is no such dict."""
     if isinstance(state, dict):
-        for key in ("params_ema", "params"):
+        for key in WRAPPER_KEYS:
             if isinstance(state.get(key), dict) and state[key]:
                 state = state[key]
                 break
+        else:
+            if len(state) == 1 and isinstance(next(iter(state.values())), dict):
+                state = next(iter(state.values()))
     if not isinstance(state, dict) or not state:
         return None
     if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         return None
-    return {k.removeprefix("module."): v for k, v in state.items()}
+    for prefix in PREFIXES:
+        if all(k.startswith(prefix) for k in state):
+            state = {k.removeprefix(prefix): v for k, v in state.items()}
+    return state
 
 
 def recognise(state: dict[str, torch.Tensor], origin: str) -> Recognised:

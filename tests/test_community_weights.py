@@ -56,12 +56,15 @@ def esrgan_sequential(blocks: int, feat: int, scale: int = 4, seed: int = 0) -> 
 
 
 def save(state: dict[str, torch.Tensor], path, kind: str):
-    """As BasicSR (params_ema, params), a bare state dict, a DataParallel run's, or safetensors."""
+    """As BasicSR (params_ema, params), other trainers (model, net, state_dict), a bare state dict, a DataParallel
+    run's, or safetensors."""
     if kind == "safetensors":
         path = path.with_suffix(".safetensors")
         safetensors_torch.save_file({k: v.contiguous() for k, v in state.items()}, str(path))
     elif kind == "module":
         torch.save({f"module.{k}": v for k, v in state.items()}, path)
+    elif kind == "trainer":  # a trainer's whole save: weights beside its optimizer and step, netG. names
+        torch.save({"state_dict": {f"netG.{k}": v for k, v in state.items()}, "step": 5, "optimizer": {}}, path)
     elif kind == "top":
         torch.save(state, path)
     else:
@@ -92,6 +95,9 @@ def ours(path, x: torch.Tensor = X) -> tuple[torch.nn.Module, torch.Tensor]:
         ("basicsr", "params_ema"),
         ("basicsr", "params"),
         ("basicsr", "module"),
+        ("basicsr", "trainer"),
+        ("basicsr", "model"),
+        ("basicsr", "net"),
         ("basicsr", "safetensors"),
         ("trunk", "safetensors"),
         ("sequential", "top"),
