@@ -45,6 +45,7 @@ from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import MAX_IMAGE_PIXELS, find_images, try_load_rgb8
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
+from srgan.files.processes import process_alive
 from srgan.files.reading import parse_json, read_regular_text
 
 log = logging.getLogger("srgan")
@@ -434,9 +435,5 @@ def _remove_stale_temporaries(out: Path) -> None:
         match = own.fullmatch(tmp.name)
         if match is None:
             continue
-        try:
-            os.kill(int(match[1]), 0)
-        except ProcessLookupError:
+        if not process_alive(int(match[1])):
             shutil.rmtree(tmp, ignore_errors=True)
-        except (OverflowError, PermissionError):  # PermissionError: alive, another user's
-            pass

@@ -3,7 +3,8 @@
 `write_file` writes a temporary file beside the target (a name unique to the
 process, so two writers never share one), flushes it to disk and renames it
 into place: a kill or a full disk at any moment leaves either the old file
-or the new one, never half of one, and no temporary file behind. It refuses
+or the new one, never half of one, and no temporary file behind (one left
+by a kill -9 is removed by the next write of the same file). It refuses
 to write over an input, and over an existing file unless asked to
 (`overwrite`, what `--force` sets); the target's resolved path must lie in
 the folder the caller named, so that a name built from user parts cannot
@@ -14,13 +15,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
+import re
 import secrets
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.files.processes import process_alive
+
+log = logging.getLogger("srgan")
 
 # What a full disk (or a quota, or a file-size limit) raises on a write.
 FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -157,7 +164,34 @@ def _checked_target(path: Path, overwrite: bool, inputs: Iterable[Path], folder:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SrganError(f"{final.parent}: cannot be made a folder ({first_line(error)})") from None
+    _remove_leftovers(final)
     return final
+
+
+LEFTOVER_AGE_S = 60  # a temporary file this long untouched by a dead writer is its leftover
+
+
+def _remove_leftovers(final: Path) -> None:
+    """Remove the temporary files a killed writer of `final` left (kill -9
+    and power cuts run no cleanup; a long video's is gigabytes). Only ours,
+    by name: `.<name>.<pid>.<8 hex>.tmp`, whose process is gone and which
+    has not been written to for a minute (a writer on another machine
+    sharing the folder keeps writing to its file)."""
+    pattern = re.compile(re.escape(f".{final.name}.") + r"(\d+)\.[0-9a-f]{8}\.tmp")
+    try:
+        entries = list(os.scandir(final.parent))
+    except OSError:
+        return
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match is None or process_alive(int(match[1])):
+            continue
+        try:
+            if time.time() - entry.stat(follow_symlinks=False).st_mtime > LEFTOVER_AGE_S:
+                os.unlink(entry.path)
+                log.info("removed %s, left by process %s, which was stopped while writing it", entry.path, match[1])
+        except OSError:
+            pass
 
 
 def _write_error(error: OSError, path: Path, final: Path, existed: bool) -> SrganError:

@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.files.processes import process_alive, valid_pid
 from srgan.files.reading import check_regular, parse_json, read_regular_bytes
 
 log = logging.getLogger("srgan")
 
 LOCK_NAME = ".lock"
 HOLDER_BYTES = 4096  # the holder record is one short line; only this much of the file is looked at
-PID_LIMIT = 1 << 22  # Linux's PID_MAX_LIMIT: every pid is below it
 
 
 class RunLock:
@@ -104,21 +104,11 @@ def read_holder(run_dir: Path) -> dict:
 
 def holder_alive(holder: dict) -> bool:
     """Whether the recorded holder is a live process (one on another host is
-    taken as alive). A pid no process can have is not alive: 0 and negative
-    pids would make os.kill probe a process group (and succeed), a huge one
-    overflows it."""
+    taken as alive)."""
     pid, host = holder.get("pid"), holder.get("host")
-    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < PID_LIMIT or not isinstance(host, str):
+    if not valid_pid(pid) or not isinstance(host, str):
         return False
-    if host != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
+    return host != socket.gethostname() or process_alive(pid)
 
 
 def _current_holder(fd: int, patience: float = 1.0) -> dict:

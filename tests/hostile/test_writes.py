@@ -148,3 +148,32 @@ def test_an_output_folder_that_cannot_be_made(srgan, tiny_run, photo, tmp_path):
     result = srgan("upscale", photo, "-k", tiny_run, "-o", blocker / "out")
     assert result.returncode in (1, 2) and "Traceback" not in result.stderr, result
     assert blocker.read_text() == "mine"
+
+
+def test_a_killed_writers_temporary_file_goes_with_the_next_write_of_its_file(tmp_path):
+    """kill -9 runs no cleanup: what a killed `srgan upscale` of a video left
+    (gigabytes, hidden) is removed by the next write of the same file, and
+    nothing else: not a live writer's, not a dead writer's still being
+    written on another machine (touched in the last minute), not another
+    file's."""
+    import subprocess
+    import sys
+    import time
+
+    from srgan.files import write_bytes
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    old = time.time() - 3600
+    left = tmp_path / f".out.mp4.{dead}.0badcafe.tmp"
+    fresh = tmp_path / f".out.mp4.{dead}.00c0ffee.tmp"
+    live = tmp_path / f".out.mp4.{os.getpid()}.deadbeef.tmp"
+    other = tmp_path / f".other.mp4.{dead}.0badcafe.tmp"
+    for path in (left, fresh, live, other):
+        path.write_bytes(b"partial")
+    for path in (left, live, other):
+        os.utime(path, (old, old))
+    write_bytes(tmp_path / "out.mp4", b"whole")
+    assert (tmp_path / "out.mp4").read_bytes() == b"whole"
+    assert not left.exists()
+    assert fresh.exists() and live.exists() and other.exists()
