@@ -89,10 +89,17 @@ def config_show(
     name: Annotated[str, typer.Argument(help=CONFIG_HELP)] = "demo",
     overrides: Annotated[list[str] | None, typer.Option("--set", "-s", help=SET_HELP)] = None,
 ) -> None:
-    """Print a config fully resolved (defaults and overrides applied), as YAML."""
+    """Print a config fully resolved (defaults and overrides applied, the network's shape read from
+    model.init_from and gan.init_from where the config leaves it open), as YAML: the config a run of it
+    would train with."""
     from srgan.configs import config_to_yaml, load_config
 
-    typer.echo(config_to_yaml(load_config(name, overrides or [])), nl=False)
+    config = load_config(name, overrides or [])
+    if config.model.init_from or config.gan.init_from:
+        from srgan.training.init_from import read_init_files
+
+        config = read_init_files(config).config
+    typer.echo(config_to_yaml(config), nl=False)
 
 
 def samples(

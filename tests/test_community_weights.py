@@ -12,6 +12,7 @@ import re
 
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 from conftest import assert_refused, set_args, skimage_photo
@@ -406,6 +407,24 @@ def test_the_finetune_presets_leave_the_shape_to_the_files():
         "conv4_4": 1.0,
         "conv5_4": 1.0,
     }
+
+
+def test_config_show_prints_the_shape_a_finetune_will_take_from_its_file(srgan, tmp_path):
+    torch.save({"params_ema": basicsr_rrdbnet(4, 2, 16, grow=8)}, tmp_path / "g.pth")
+    shown = srgan("config", "show", "finetune_realesrgan_x4", "--set", f"model.init_from={tmp_path / 'g.pth'}")
+    assert shown.returncode == 0, shown
+    model = yaml.safe_load(shown.stdout)["model"]
+    assert (model["blocks"], model["channels"], model["growth"]) == (2, 16, 8)
+    asked = srgan(
+        "config",
+        "show",
+        "finetune_realesrgan_x4",
+        "--set",
+        f"model.init_from={tmp_path / 'g.pth'}",
+        "--set",
+        "model.blocks=23",
+    )
+    assert asked.returncode == 2 and "has 2 blocks, the config asks for 23 blocks (model.blocks)" in asked.stderr, asked
 
 
 def test_a_network_without_bf16_runs_in_fp32_when_bf16_is_asked():
