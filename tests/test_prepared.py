@@ -191,3 +191,19 @@ def test_bench_data_reports_crops_per_second_and_memory(srgan, prepared):
     assert figures["source"] == "prepared" and figures["batches"] == 3 and figures["crops_per_s"] > 0
     assert figures["peak_pss_mb"] > 0 and figures["worker_private_mb"] > 0 and figures["cpu_flags"] is not None
     assert os.path.isdir(prepared)
+
+
+def test_bench_data_clocks_what_happens_between_batches(prepared, monkeypatch):
+    """Workers go on producing while the main process reads memory figures:
+    that time is part of the window, else a worker refills its prefetch
+    queue unclocked and the bench reports pairs/s no worker can make."""
+    import time
+
+    from srgan.bench import data as bench
+    from srgan.configs import load_config
+
+    monkeypatch.setattr(bench, "SAMPLE_EVERY_S", 0.0)  # read memory after every batch...
+    monkeypatch.setattr(bench, "_sample_memory", lambda peaks: time.sleep(0.05))  # ...50 ms each
+    config = load_config("demo", [f"data.train={prepared}", "data.crop_size=32", "data.batch_size=4", "data.workers=1"])
+    figures = bench.bench_data(config, batches=6)
+    assert figures["crops_per_s"] <= 4 / 0.05
