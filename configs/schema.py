@@ -305,7 +305,7 @@ class TrainConfig:
     deterministic: bool = True
     log_every: int = 10  # steps between logged rows (and progress-bar updates)
     val_every: int = 0  # steps between validations; 0 = at the end of every epoch
-    # What validation scores; lpips, lpips_vgg and dists need ImageNet weights (README "Reading the numbers").
+    # What validation scores; lpips, lpips_vgg and dists need ImageNet weights (docs/training.md "Reading the numbers").
     val_metrics: list[MetricName] = field(default_factory=lambda: ["psnr", "ssim"])
     best_by: MetricName = (
         "psnr"  # the val_metrics entry that picks checkpoints/best.pt (lower is better for learned ones)
