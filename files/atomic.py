@@ -4,7 +4,8 @@
 process, so two writers never share one), flushes it to disk and renames it
 into place: a kill or a full disk at any moment leaves either the old file
 or the new one, never half of one, and no temporary file behind (one left
-by a kill -9 is removed by the next write of the same file). It refuses
+by a kill -9 is removed by the next srgan process that writes into its
+folder). It refuses
 to write over an input, and over an existing file unless asked to
 (`overwrite`, what `--force` sets); the target's resolved path must lie in
 the folder the caller named, so that a name built from user parts cannot
@@ -164,30 +165,35 @@ def _checked_target(path: Path, overwrite: bool, inputs: Iterable[Path], folder:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SrganError(f"{final.parent}: cannot be made a folder ({first_line(error)})") from None
-    _remove_leftovers(final)
+    _remove_leftovers(final.parent)
     return final
 
 
 LEFTOVER_AGE_S = 60  # a temporary file this long untouched by a dead writer is its leftover
+LEFTOVER_NAME = re.compile(r"\..+\.(\d+)\.[0-9a-f]{8}\.tmp")  # what _temporary_name makes
+_swept: set[Path] = set()  # folders this process has already swept
 
 
-def _remove_leftovers(final: Path) -> None:
-    """Remove the temporary files a killed writer of `final` left (kill -9
-    and power cuts run no cleanup; a long video's is gigabytes). Only ours,
-    by name: `.<name>.<pid>.<8 hex>.tmp`, whose process is gone and which
-    has not been written to for a minute (a writer on another machine
-    sharing the folder keeps writing to its file)."""
-    pattern = re.compile(re.escape(f".{final.name}.") + r"(\d+)\.[0-9a-f]{8}\.tmp")
+def _remove_leftovers(folder: Path) -> None:
+    """Remove the temporary files that killed writers left in `folder`
+    (kill -9 and power cuts run no cleanup; a long video's is gigabytes):
+    ours by name, `.<name>.<pid>.<8 hex>.tmp`, whose process is gone and
+    which has not been written to for a minute (a writer on another
+    machine sharing the folder keeps writing to its file). Once a folder a
+    process, so that writing many files into one folder stays linear."""
+    if folder in _swept:
+        return
+    _swept.add(folder)
     try:
-        entries = list(os.scandir(final.parent))
+        entries = list(os.scandir(folder))
     except OSError:
         return
     for entry in entries:
-        match = pattern.fullmatch(entry.name)
+        match = LEFTOVER_NAME.fullmatch(entry.name)
         if match is None or process_alive(int(match[1])):
             continue
         try:
-            if time.time() - entry.stat(follow_symlinks=False).st_mtime > LEFTOVER_AGE_S:
+            if entry.is_file(follow_symlinks=False) and time.time() - entry.stat().st_mtime > LEFTOVER_AGE_S:
                 os.unlink(entry.path)
                 log.info("removed %s, left by process %s, which was stopped while writing it", entry.path, match[1])
         except OSError:

@@ -150,12 +150,12 @@ def test_an_output_folder_that_cannot_be_made(srgan, tiny_run, photo, tmp_path):
     assert blocker.read_text() == "mine"
 
 
-def test_a_killed_writers_temporary_file_goes_with_the_next_write_of_its_file(tmp_path):
+def test_a_killed_writers_temporary_file_goes_with_the_next_write_into_its_folder(tmp_path):
     """kill -9 runs no cleanup: what a killed `srgan upscale` of a video left
-    (gigabytes, hidden) is removed by the next write of the same file, and
+    (gigabytes, hidden) is removed by the next write into its folder, and
     nothing else: not a live writer's, not a dead writer's still being
-    written on another machine (touched in the last minute), not another
-    file's."""
+    written on another machine (touched in the last minute), not a file of
+    another pattern, not a folder (prepare's, which prepare sweeps)."""
     import subprocess
     import sys
     import time
@@ -165,15 +165,17 @@ def test_a_killed_writers_temporary_file_goes_with_the_next_write_of_its_file(tm
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(gone.stdout)
     old = time.time() - 3600
-    left = tmp_path / f".out.mp4.{dead}.0badcafe.tmp"
+    left = [tmp_path / f".out.mp4.{dead}.0badcafe.tmp", tmp_path / f".other.png.{dead}.12345678.tmp"]
     fresh = tmp_path / f".out.mp4.{dead}.00c0ffee.tmp"
     live = tmp_path / f".out.mp4.{os.getpid()}.deadbeef.tmp"
-    other = tmp_path / f".other.mp4.{dead}.0badcafe.tmp"
-    for path in (left, fresh, live, other):
+    unlike = tmp_path / f".out.mp4.{dead}.tmp"
+    folder = tmp_path / f".data.prepared.{dead}.0badcafe.tmp"
+    folder.mkdir()
+    for path in (*left, fresh, live, unlike):
         path.write_bytes(b"partial")
-    for path in (left, live, other):
+    for path in (*left, live, unlike, folder):
         os.utime(path, (old, old))
     write_bytes(tmp_path / "out.mp4", b"whole")
     assert (tmp_path / "out.mp4").read_bytes() == b"whole"
-    assert not left.exists()
-    assert fresh.exists() and live.exists() and other.exists()
+    assert not any(path.exists() for path in left)
+    assert fresh.exists() and live.exists() and unlike.exists() and folder.is_dir()
