@@ -122,6 +122,10 @@ def set_deterministic(enabled: bool) -> None:
     if enabled:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(enabled)
+    # Deterministic mode also fills every new tensor with NaN (a debugging
+    # aid against reads of uninitialised memory): 7000 fills an ESRGAN step,
+    # 3% of it, for outputs every kernel writes whole anyway.
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     torch.backends.cudnn.deterministic = enabled
     torch.backends.cudnn.benchmark = not enabled  # autotuning picks kernels by timing: not repeatable
     if hasattr(torch.backends.mkldnn, "deterministic"):
