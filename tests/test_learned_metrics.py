@@ -216,6 +216,12 @@ def test_validation_picks_best_by_lpips_and_runs_and_plot_show_it(cached_weights
     best = load_checkpoint(run / "checkpoints" / "best.pt")
     assert best["step"] == int(best_row["step"]) and best["best_by"] == "lpips"
     assert best["best_value"] == pytest.approx(float(best_row["lpips"]), abs=1e-5)
+    with open(run / "epochs.csv", newline="") as f:
+        epochs = list(csv.DictReader(f))
+    assert list(epochs[0])[-2:] == ["seconds", "lpips"]  # the chosen learned metrics follow the fixed columns
+    by_step = {r["step"]: r["lpips"] for r in rows}
+    closing = [r for r in epochs if r["lpips"]]  # an epoch's row holds its validation when it ended with one
+    assert closing and all(r["lpips"] == by_step[r["step"]] for r in closing)
 
     listed = run_cli("runs", tmp_path, "--json")
     assert listed.returncode == 0, listed.stderr
@@ -245,3 +251,19 @@ def test_validation_picks_best_by_lpips_and_runs_and_plot_show_it(cached_weights
             assert trainer.progress.best_by == best_by and trainer.progress.best_value == kept
         finally:
             trainer.close()
+
+
+def test_a_resume_that_changes_the_learned_metrics_rewrites_epochs_csv_in_its_columns(tmp_path):
+    """epochs.csv gains a column a learned metric (after seconds); a resume
+    with other train.val_metrics keeps every row, in the new run's columns."""
+    from srgan.training.logs import EPOCH_COLUMNS, MetricLog
+
+    old = ",".join(EPOCH_COLUMNS) + "\n" + "1,10" + "," * (len(EPOCH_COLUMNS) - 2) + "\n"
+    (tmp_path / "epochs.csv").write_text(old)
+    learned = MetricLog(tmp_path, val_metrics=("psnr", "lpips", "dists"))
+    learned.resume({}, step=10, keep_epochs_before=2, validated=True)
+    with open(tmp_path / "epochs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == [*EPOCH_COLUMNS, "lpips", "dists"] and rows[0]["step"] == "10" and rows[0]["lpips"] == ""
+    MetricLog(tmp_path, val_metrics=("psnr",)).resume({}, step=10, keep_epochs_before=2, validated=True)
+    assert (tmp_path / "epochs.csv").read_text() == old

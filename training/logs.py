@@ -34,6 +34,11 @@ VALIDATION_COLUMNS = ("epoch", "step", "psnr", "ssim", "bicubic_psnr", "bicubic_
 LEARNED_METRICS = ("lpips", "lpips_vgg", "dists")  # each chosen one adds its column and bicubic's, in this order
 
 
+def epoch_columns(val_metrics: Sequence[str]) -> tuple[str, ...]:
+    """epochs.csv's header: the losses, PSNR/SSIM and seconds, then the chosen learned metrics."""
+    return EPOCH_COLUMNS + tuple(name for name in LEARNED_METRICS if name in val_metrics)
+
+
 def validation_columns(val_metrics: Sequence[str]) -> tuple[str, ...]:
     """validation.csv's header: PSNR/SSIM always (empty when not chosen), then the chosen learned metrics."""
     learned = [name for name in LEARNED_METRICS if name in val_metrics]
@@ -67,6 +72,7 @@ class MetricLog:
         self.jsonl_path = run_dir / "metrics.jsonl"
         self.csv_path = run_dir / "epochs.csv"
         self.validation_path = run_dir / "validation.csv"
+        self.epoch_columns = epoch_columns(val_metrics)
         self.validation_columns = validation_columns(val_metrics)
         self.tensorboard = tensorboard
         self.write, self.reduce, self.extra = write, reduce, dict(extra or {})
@@ -115,7 +121,7 @@ class MetricLog:
             self._epoch_sums, self._epoch_counts = {}, {}
         row = {"epoch": epoch, "step": step, **means, **extra}
         if self.write:
-            _append_csv(self.csv_path, EPOCH_COLUMNS, row)
+            _append_csv(self.csv_path, self.epoch_columns, row)
         return row
 
     def validation(self, row: dict[str, float]) -> None:
@@ -142,15 +148,15 @@ class MetricLog:
             return
         # All three read (and their damage found) before any is rewritten.
         rows = read_jsonl(self.jsonl_path) if self.jsonl_path.exists() else None
-        epochs = read_csv(self.csv_path, EPOCH_COLUMNS) if self.csv_path.exists() else None
+        epochs = read_epochs_csv(self.csv_path) if self.csv_path.exists() else None
         validations = read_validation_csv(self.validation_path) if self.validation_path.exists() else None
         if rows is not None:
             kept = [row for row in rows if row["step"] <= step]
             write_text(self.jsonl_path, "".join(json.dumps(row) + "\n" for row in kept), overwrite=True)
         if epochs is not None:
-            _write_csv(
+            _write_csv(  # in this run's columns, as validation.csv below
                 self.csv_path,
-                EPOCH_COLUMNS,
+                self.epoch_columns,
                 [row for row in epochs if int(row["epoch"]) < keep_epochs_before and int(row["step"]) <= step],
             )
         if validations is not None:
@@ -249,6 +255,15 @@ def read_validation_csv(path: Path) -> list[dict]:
     learned = [name for name in LEARNED_METRICS if name in header]
     rows = read_csv(path, validation_columns(learned))  # refuses any other header, naming the file
     return [{**{column: "" for column in validation_columns(LEARNED_METRICS)}, **row} for row in rows]
+
+
+def read_epochs_csv(path: Path) -> list[dict]:
+    """epochs.csv's rows, in whichever columns train.val_metrics gave it
+    (epoch_columns); a learned metric it lacks reads as empty."""
+    first = read_regular_text(path, MAX_LOG_BYTES, "log").split("\n", 1)[0]
+    header = next(csv.reader([first]), [])
+    rows = read_csv(path, epoch_columns([name for name in LEARNED_METRICS if name in header]))
+    return [{**{name: "" for name in LEARNED_METRICS}, **row} for row in rows]
 
 
 def is_number(value) -> bool:

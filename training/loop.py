@@ -44,7 +44,7 @@ from srgan.models.runtime import is_out_of_memory, set_deterministic
 from srgan.training.distributed import World, unwrap
 from srgan.training.ema import GeneratorEMA
 from srgan.training.init_from import read_init_files, start_from
-from srgan.training.logs import MetricLog, NonFiniteLoss, QuietFileHandler, open_tensorboard
+from srgan.training.logs import LEARNED_METRICS, MetricLog, NonFiniteLoss, QuietFileHandler, open_tensorboard
 from srgan.training.pictures import SampleSheet, draw_curves
 from srgan.training.run_folder import RunFolder
 from srgan.training.signals import StopSignals, TrainingInterrupted, ignore_interrupts_in_worker
@@ -366,6 +366,7 @@ class Trainer:
                 "psnr": scores.get("psnr"),
                 "ssim": scores.get("ssim"),
                 "seconds": round(time.perf_counter() - started, 3),
+                **{name: scores.get(name) for name in LEARNED_METRICS},  # epochs.csv has the chosen ones
             },
             finished=complete,
         )
