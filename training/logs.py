@@ -16,7 +16,7 @@ import io
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -250,20 +250,21 @@ def read_run_logs(run_dir: Path) -> tuple[list[dict], list[dict]]:
 def read_validation_csv(path: Path) -> list[dict]:
     """validation.csv's rows, in whichever columns train.val_metrics gave it
     (validation_columns); a learned metric it lacks reads as empty."""
-    first = read_regular_text(path, MAX_LOG_BYTES, "log").split("\n", 1)[0]
-    header = next(csv.reader([first]), [])
-    learned = [name for name in LEARNED_METRICS if name in header]
-    rows = read_csv(path, validation_columns(learned))  # refuses any other header, naming the file
-    return [{**{column: "" for column in validation_columns(LEARNED_METRICS)}, **row} for row in rows]
+    return _read_with_learned_metrics(path, validation_columns)
 
 
 def read_epochs_csv(path: Path) -> list[dict]:
     """epochs.csv's rows, in whichever columns train.val_metrics gave it
     (epoch_columns); a learned metric it lacks reads as empty."""
+    return _read_with_learned_metrics(path, epoch_columns)
+
+
+def _read_with_learned_metrics(path: Path, columns: Callable[[Sequence[str]], tuple[str, ...]]) -> list[dict]:
     first = read_regular_text(path, MAX_LOG_BYTES, "log").split("\n", 1)[0]
     header = next(csv.reader([first]), [])
-    rows = read_csv(path, epoch_columns([name for name in LEARNED_METRICS if name in header]))
-    return [{**{name: "" for name in LEARNED_METRICS}, **row} for row in rows]
+    learned = [name for name in LEARNED_METRICS if name in header]
+    rows = read_csv(path, columns(learned))  # refuses any other header, naming the file
+    return [{**{column: "" for column in columns(LEARNED_METRICS)}, **row} for row in rows]
 
 
 def is_number(value) -> bool:
