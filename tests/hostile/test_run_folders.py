@@ -158,7 +158,7 @@ def test_a_process_refused_while_the_holder_writes_its_record_still_names_it(tmp
     holder_fd = os.open(tmp_path / ".lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": "now"}).encode()
-    writer = threading.Timer(0.3, lambda: os.pwrite(holder_fd, record, 0))
+    writer = threading.Timer(0.1, lambda: os.pwrite(holder_fd, record, 0))
     writer.start()
     try:
         with pytest.raises(Exception, match=f"in use by process {os.getpid()} "):
