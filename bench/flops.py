@@ -16,7 +16,9 @@ from collections.abc import Callable
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from srgan.bench.machine import synchronize
 from srgan.configs import Config, SrganError
+from srgan.models.runtime import DTYPES
 
 # Runs a yardstick script once under the counter, in a child process as it is timed.
 _COUNT_YARDSTICK = """
@@ -55,17 +57,12 @@ def matmul_rate(dtype: torch.dtype, device: torch.device, size: int = 2048, repe
     torch.mm(a, b)  # warm-up: oneDNN / cuBLAS pick their kernels
     best = float("inf")
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         started = time.perf_counter()
         torch.mm(a, b)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
         best = min(best, time.perf_counter() - started)
     return 2 * size**3 / best / 1e9
-
-
-PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def flops_report(config: Config, median_s: float, yardstick: list[str] | None, yardstick_s: float | None) -> dict:
@@ -80,7 +77,7 @@ def flops_report(config: Config, median_s: float, yardstick: list[str] | None, y
     device, precision = bench.runtime.device, bench.runtime.precision
     rates = {"fp32": matmul_rate(torch.float32, device)}
     if precision != "fp32":
-        rates[precision] = matmul_rate(PRECISION_DTYPES[precision], device)
+        rates[precision] = matmul_rate(DTYPES[precision], device)
     report = {
         "gflop_per_step": ours / 1e9,
         "gflop_per_s": ours / 1e9 / median_s,

@@ -15,7 +15,7 @@ from srgan.configs.errors import SrganError
 
 M = TypeVar("M", bound=torch.nn.Module)
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # each precision's compute type
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Runtime:
         """Mixed precision for the forward passes; a no-op in fp32."""
         if self.precision == "fp32":
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=_DTYPES[self.precision])
+        return torch.autocast(self.device.type, dtype=DTYPES[self.precision])
 
     def describe(self) -> str:
         if self.device.type == "cuda":
