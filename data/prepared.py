@@ -25,12 +25,9 @@ import copy
 import ctypes
 import errno
 import functools
-import glob
 import json
 import logging
 import os
-import re
-import secrets
 import shutil
 import stat
 from collections.abc import Callable
@@ -44,8 +41,7 @@ from tqdm import tqdm
 from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import MAX_IMAGE_PIXELS, find_images, try_load_rgb8
 from srgan.files import DiskFull
-from srgan.files.atomic import FULL_DISK_ERRNOS
-from srgan.files.processes import process_alive
+from srgan.files.atomic import FULL_DISK_ERRNOS, dead_writers_temporaries, temporary_name
 from srgan.files.reading import parse_json, read_regular_text
 
 log = logging.getLogger("srgan")
@@ -255,7 +251,7 @@ def prepare_dataset(
         raise SrganError(f"-o {out}: exists and is not a prepared dataset; refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = temporary_name(out)
     tmp.mkdir()
     try:
         written, skipped, total = _write_pixels(jobs, tmp / PIXELS_NAME, workers, decode)
@@ -377,7 +373,7 @@ def _replace(tmp: Path, out: Path, force: bool) -> None:
     one is in place, or put back if it could not be."""
     old = None
     if force and out.exists():
-        old = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.old.tmp")
+        old = temporary_name(out, ".old")
         os.rename(out, old)
     try:
         _rename_no_replace(tmp, out)
@@ -427,13 +423,8 @@ def _rename_no_replace(source: Path, target: Path) -> None:
 def _remove_stale_temporaries(out: Path) -> None:
     """Temporary folders of a `srgan prepare` of the same target that was
     killed (its pid is gone): they hold disk space and will never finish.
-    Only this name's: `.NAME.PID.HEX[.old].tmp`, NAME taken literally (a name
-    such as `*` must not match other datasets' temporaries, nor `a` those of
-    `a.1`)."""
-    own = re.compile(rf"\.{re.escape(out.name)}\.(\d+)\.[0-9a-f]{{8}}(\.old)?\.tmp")
-    for tmp in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
-        match = own.fullmatch(tmp.name)
-        if match is None:
-            continue
-        if not process_alive(int(match[1])):
+    Only this name's, taken literally (a name such as `*` must not match
+    other datasets' temporaries, nor `a` those of `a.1`)."""
+    for tmp, name in dead_writers_temporaries(out.parent):
+        if name == out.name:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -72,7 +72,7 @@ def write_file(
     removed, an old `path` kept), and lets other errors of `save` through
     after removing the temporary file."""
     final = _checked_target(path, overwrite, inputs, folder)
-    tmp = _temporary_name(final)
+    tmp = temporary_name(final)
     watched: _WatchedFile | None = None
     existed = final.exists()
     try:
@@ -110,7 +110,7 @@ def temporary_path(
     the temporary name ends in .tmp, never in the target's extension, so a
     left-over one (after a kill -9) is never taken for an input."""
     final = _checked_target(path, overwrite, inputs, folder)
-    tmp = _temporary_name(final)
+    tmp = temporary_name(final)
     existed = final.exists()
     try:
         yield tmp
@@ -170,32 +170,45 @@ def _checked_target(path: Path, overwrite: bool, inputs: Iterable[Path], folder:
 
 
 LEFTOVER_AGE_S = 60  # a temporary file this long untouched by a dead writer is its leftover
-LEFTOVER_NAME = re.compile(r"\..+\.(\d+)\.[0-9a-f]{8}\.tmp")  # what _temporary_name makes
+# What temporary_name makes: `.<name>.<pid>.<8 hex>[<suffix>].tmp` (prepare's moved-aside dataset: `.old`).
+TEMPORARY_NAME = re.compile(r"\.(.+)\.(\d+)\.[0-9a-f]{8}(\.old)?\.tmp")
 _swept: set[Path] = set()  # folders this process has already swept
+
+
+def temporary_name(final: Path, suffix: str = "") -> Path:
+    """Beside `final`, hidden, unique to this process and this write."""
+    return final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}.tmp")
+
+
+def dead_writers_temporaries(folder: Path) -> list[tuple[Path, str]]:
+    """The temporaries in `folder` (files or folders named by temporary_name)
+    whose writing process is gone, each with the name it was to take."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        match = TEMPORARY_NAME.fullmatch(name)
+        if match is not None and not process_alive(int(match[2])):
+            found.append((folder / name, match[1]))
+    return found
 
 
 def _remove_leftovers(folder: Path) -> None:
     """Remove the temporary files that killed writers left in `folder`
-    (kill -9 and power cuts run no cleanup; a long video's is gigabytes):
-    ours by name, `.<name>.<pid>.<8 hex>.tmp`, whose process is gone and
-    which has not been written to for a minute (a writer on another
-    machine sharing the folder keeps writing to its file). Once a folder a
-    process, so that writing many files into one folder stays linear."""
+    (kill -9 and power cuts run no cleanup; a long video's is gigabytes),
+    those not written to for a minute (a writer on another machine sharing
+    the folder keeps writing to its file). Once a folder a process, so that
+    writing many files into one folder stays linear."""
     if folder in _swept:
         return
     _swept.add(folder)
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    for entry in entries:
-        match = LEFTOVER_NAME.fullmatch(entry.name)
-        if match is None or process_alive(int(match[1])):
-            continue
+    for path, _ in dead_writers_temporaries(folder):
         try:
-            if entry.is_file(follow_symlinks=False) and time.time() - entry.stat().st_mtime > LEFTOVER_AGE_S:
-                os.unlink(entry.path)
-                log.info("removed %s, left by process %s, which was stopped while writing it", entry.path, match[1])
+            if path.is_file() and not path.is_symlink() and time.time() - path.stat().st_mtime > LEFTOVER_AGE_S:
+                path.unlink()
+                log.info("removed %s, left by a process stopped while writing it", path)
         except OSError:
             pass
 
@@ -209,11 +222,6 @@ def _write_error(error: OSError, path: Path, final: Path, existed: bool) -> Srga
         return SrganError(f"{path}: exists (another process wrote it meanwhile; use --force to overwrite)")
     # permissions, a vanished folder, a read-only file system...
     return SrganError(f"{final}: cannot be written ({first_line(error)})")
-
-
-def _temporary_name(final: Path) -> Path:
-    """Beside `final`, hidden, unique to this process and this write."""
-    return final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
 def _link_no_clobber(tmp: Path, final: Path) -> None:
