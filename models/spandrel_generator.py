@@ -76,7 +76,14 @@ def spandrel_generator(state: dict[str, torch.Tensor], origin: str, why: str) ->
     except spandrel.UnsupportedModelError:
         raise SrganError(f"{why}; nor does spandrel {spandrel.__version__} recognise it") from None
     except Exception as error:  # a layout it recognised, with tensors that do not fit it
-        raise SrganError(f"{origin}: spandrel cannot load it ({first_line(error)})") from None
+        raise SrganError(f"{why}; nor can spandrel {spandrel.__version__} load it ({failure(error)})") from None
+    network = descriptor.model.state_dict()
+    for name, tensor in state.items():  # as srgan's own networks: a float weight stored as an integer is not one
+        if name in network and tensor.is_floating_point() != network[name].is_floating_point():
+            raise SrganError(
+                f"{origin}: {name} is {tensor.dtype}, the {descriptor.architecture.name} network's "
+                f"is {network[name].dtype}"
+            )
     if not isinstance(descriptor, spandrel.ImageModelDescriptor) or (
         descriptor.input_channels,
         descriptor.output_channels,
@@ -86,3 +93,13 @@ def spandrel_generator(state: dict[str, torch.Tensor], origin: str, why: str) ->
             "as srgan upscales"
         )
     return SpandrelGenerator(descriptor).eval()
+
+
+def failure(error: Exception) -> str:
+    """An exception's first line, and its second where the first only
+    announces it (load_state_dict's "Error(s) in loading state_dict for X:"
+    before the key and the shapes)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{error.__class__.__name__}: {lines[0]} {lines[1]}"
+    return first_line(error)
