@@ -23,6 +23,7 @@ from test_interop_arch import basicsr_rrdbnet, realesrgan_compact
 from test_upscale import to_leftthomas
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
+pytest.importorskip("spandrel")
 
 
 def rrdb() -> dict[str, torch.Tensor]:
@@ -53,6 +54,14 @@ def x8_rrdb(channels: int) -> dict[str, torch.Tensor]:
     return state
 
 
+def span() -> dict[str, torch.Tensor]:
+    """A SPAN (an architecture only spandrel knows), 8 channels wide."""
+    from spandrel.architectures.SPAN import SPAN
+
+    torch.manual_seed(0)
+    return SPAN(num_in_ch=3, num_out_ch=3, feature_channels=8, upscale=4).state_dict()
+
+
 def with_key(state: dict[str, torch.Tensor], key: str, value: torch.Tensor) -> dict[str, torch.Tensor]:
     assert key in state, key
     return {**state, key: value}
@@ -74,7 +83,8 @@ def last_compact_conv() -> str:
     return f"body.{len(compact()) // 3 * 2}.weight"  # each conv has weight, bias, and a PReLU
 
 
-# name -> (the file's state dict, or a function that writes it, and its suffix; what the refusal names)
+# name -> (the file's state dict, or a function that writes it, and its suffix; what the refusal names,
+# or {command: that, "*": the others'})
 GENERATOR_FILES = {
     "stride-0, 2^40 elements, unknown keys": (lambda: {"x.weight": expanded(2**20, 2**20)}, ".pth", "x.weight"),
     "stride-0 conv_first of the right shape": (
@@ -88,6 +98,11 @@ GENERATOR_FILES = {
         "head.0.weight",
     ),
     "x8 RRDB layout declaring 600 channels": (lambda: x8_rrdb(600), ".safetensors", "512"),
+    "SPAN layout declaring 600 channels": (
+        lambda: with_key(span(), "conv_1.sk.weight", torch.zeros(600, 3, 1, 1)),
+        ".pth",
+        {"*": "spandrel would build a network of more than", "model.init_from": "fit no generator srgan knows"},
+    ),
     "0-dim conv_first": (lambda: with_key(rrdb(), "conv_first.weight", torch.tensor(1.0)), ".pth", "conv_first"),
     "0-dim RRDB growth": (
         lambda: with_key(rrdb(), "body.0.rdb1.conv1.weight", torch.tensor(1.0)),
@@ -163,7 +178,7 @@ def test_a_hostile_generator_file_is_refused_in_one_line_on_every_path(case, ima
     path = write(tmp_path, case, build, suffix)
     for name in COMMANDS:
         result = run_cli(*command(name, path, image, tmp_path))
-        assert_refused(result, culprit)
+        assert_refused(result, culprit.get(name, culprit["*"]) if isinstance(culprit, dict) else culprit)
         assert str(path) in result.stderr.strip().splitlines()[-1], (name, result.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing written, not even a temporary
 
