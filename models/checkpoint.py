@@ -5,8 +5,11 @@ once, here, so that the rest of the program can trust what it holds.
 A checkpoint is a file anyone may hand us: its config's sizes are checked
 against the config limits before a network is built, its tensors against the
 shapes that config implies (on the meta device: nothing is allocated), and
-its numbers for finiteness. The first problem found is reported, naming the
-file and the key."""
+its numbers for finiteness. Every state dict read (a foreign one before a
+recogniser reads a shape from it) is first checked from its tensors'
+metadata alone (check_tensors): dtypes, repeated (stride-0) storage, and the
+count of numbers. The first problem found is reported, naming the file and
+the key."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import numpy as np
 import torch
 
 from srgan.configs import Config, SrganError, config_from_dict, first_line
+from srgan.configs.loader import MAX_GENERATOR_PARAMETERS
 from srgan.configs.schema import ARCH_KEYS, METRIC_NAMES, ModelConfig
 from srgan.files import looks_like_safetensors, parse_json, read_safetensors_file, read_torch_file, write_file
 from srgan.models.build import SRGenerator, build_generator
@@ -137,6 +141,7 @@ def generator_file(state: Any, metadata: dict[str, str], path: Path) -> Generato
         raise NotAnSrganGenerator(
             f"{path}: neither an srgan checkpoint nor a state dict (names -> tensors) of a generator"
         )
+    check_tensors(weights, str(path))  # before a recogniser reads a shape
     found = recognise(weights, str(path))
     model = config_from_dict({"model": found.model}, f"{path}: a {found.layout}").model
     with torch.device("meta"):  # shapes only: nothing is allocated
@@ -181,11 +186,13 @@ def read_discriminator_file(path: str | Path) -> Recognised:
         weights = unwrap_state_dict(state["discriminator"])
         if weights is None:
             raise SrganError(f"{path}: discriminator: expected a state dict (names -> tensors)")
+        check_tensors(weights, f"{path}: discriminator")
         layout = f"{config.gan.discriminator} discriminator (srgan checkpoint, step {state.get('step')})"
         return Recognised(layout, settings, weights)
     weights = unwrap_state_dict(state)
     if weights is None:
         raise SrganError(f"{path}: neither an srgan checkpoint nor a state dict (names -> tensors) of a discriminator")
+    check_tensors(weights, str(path))  # before the recogniser reads a shape
     return recognise_discriminator(weights, str(path))
 
 
@@ -268,6 +275,7 @@ def check_state_dict(weights: Any, module: torch.nn.Module, origin: str) -> None
     with finite values."""
     if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
         raise SrganError(f"{origin}: expected a state dict (names -> tensors)")
+    check_tensors(weights, origin)
     expected = module.state_dict()
     for name, tensor in expected.items():
         if name not in weights:
@@ -285,7 +293,60 @@ def check_state_dict(weights: Any, module: torch.nn.Module, origin: str) -> None
     check_finite(weights, origin)
 
 
+# The dtypes a weight may be stored in. Integers and bools are read too (BatchNorm's
+# num_batches_tracked, an attention layer's position index), where the network
+# has them: a float weight stored as one is refused against the network.
+WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_tensors(weights: dict[str, torch.Tensor], origin: str) -> None:
+    """What can be said of a state dict's tensors before anything computes on
+    them, from their metadata alone: a dtype a weight may have (no float8,
+    complex or quantized), each element stored once (an expanded, stride-0
+    view of a few stored numbers is refused: a 1.6 KB file can declare 2^40
+    of them), and no more elements in all than srgan's limit on a network."""
+    total = 0
+    for name, tensor in weights.items():
+        dtype = tensor.dtype
+        if (
+            tensor.layout != torch.strided
+            or tensor.is_quantized
+            or dtype.is_complex
+            or (dtype.is_floating_point and dtype not in WEIGHT_DTYPES)
+        ):
+            kind = dtype if tensor.layout == torch.strided else tensor.layout
+            raise SrganError(
+                f"{origin}: {name} is {kind}; srgan reads weights stored as float16, bfloat16, float32 or "
+                "float64 (and integers where the network has them)"
+            )
+        total += tensor.numel()  # from the shape: nothing is computed
+        if total > MAX_GENERATOR_PARAMETERS:
+            raise SrganError(
+                f"{origin}: more than {MAX_GENERATOR_PARAMETERS:,} numbers (at {name}, of shape "
+                f"{list(tensor.shape)}), srgan's limit on a network's weights"
+            )
+        if overlaps(tensor):
+            raise SrganError(
+                f"{origin}: {name} of shape {list(tensor.shape)} repeats its stored numbers (strides "
+                f"{list(tensor.stride())}: an expanded view, not weights)"
+            )
+
+
+def overlaps(tensor: torch.Tensor) -> bool:
+    """Whether two of the tensor's elements share a stored number: along the
+    dims in increasing stride, each stride must step past all the elements the
+    smaller ones reach (a sufficient test; every tensor torch makes passes it)."""
+    reach = 0
+    for stride, size in sorted((s, n) for s, n in zip(tensor.stride(), tensor.shape, strict=True) if n > 1):
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
 def check_finite(weights: dict[str, torch.Tensor], origin: str) -> None:
+    """check_tensors, then every floating tensor finite."""
+    check_tensors(weights, origin)
     for name, tensor in weights.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise SrganError(

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from srgan.configs.errors import SrganError
+from srgan.configs.loader import LIMITS
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
 
@@ -145,21 +146,22 @@ def rrdb_settings(state: dict[str, torch.Tensor], layout: str, origin: str) -> R
     """srgan's RRDBNet: two x2 upsampling convs, the input as it is (x4) or
     pixel-unshuffled by 2 (x2, 12 channels) or 4 (x1, 48 channels)."""
     stages = count_indices(state, r"conv_up(\d+)\.weight", start=1)
-    in_channels = state["conv_first.weight"].shape[1]
+    channels, in_channels = conv_shape(state, "conv_first.weight", origin)[:2]
     unshuffle = {3: 1, 12: 2, 48: 4}.get(in_channels)
-    out = state.get("conv_last.weight")
-    if stages != 2 or unshuffle is None or out is None or out.shape[0] != 3:
+    out = conv_shape(state, "conv_last.weight", origin) if "conv_last.weight" in state else None
+    model = {
+        "arch": "rrdb",
+        "scale": 4 // (unshuffle or 1),
+        "blocks": count_indices(state, r"body\.(\d+)\.rdb1\.conv1\.weight"),
+        "channels": channels,
+        "growth": conv_shape(state, "body.0.rdb1.conv1.weight", origin)[0],
+    }
+    within_limits(model, layout, origin)
+    if stages != 2 or unshuffle is None or out is None or out[0] != 3:
         raise NotAnSrganGenerator(
             f"{origin}: an {layout} with {stages} upsampling convs and {in_channels} input channels; srgan's "
             "RRDBNet has 2 (x4, and x2 or x1 on a pixel-unshuffled input of 12 or 48 channels) and an RGB output"
         )
-    model = {
-        "arch": "rrdb",
-        "scale": 4 // unshuffle,
-        "blocks": count_indices(state, r"body\.(\d+)\.rdb1\.conv1\.weight"),
-        "channels": state["conv_first.weight"].shape[0],
-        "growth": state["body.0.rdb1.conv1.weight"].shape[0],
-    }
     return Recognised(layout, model, state)
 
 
@@ -168,20 +170,22 @@ def compact(state: dict[str, torch.Tensor], origin: str) -> Recognised | None:
     if first is None or slopes is None or first.ndim != 4 or slopes.ndim != 1:
         return None
     last = count_indices(state, r"body\.(\d+)\.weight") - 1
-    out = state[f"body.{last}.weight"].shape[0]
+    out = conv_shape(state, f"body.{last}.weight", origin)[0]
     scale = math.isqrt(out // 3)
+    model = {"arch": "compact", "scale": scale, "blocks": (last - 2) // 2, "channels": first.shape[0]}
+    within_limits(model, "SRVGGNetCompact", origin)
     if first.shape[1] != 3 or out != 3 * scale * scale or last % 2:
         raise NotAnSrganGenerator(
             f"{origin}: an SRVGGNetCompact of {first.shape[1]} input and {out} output channels; srgan's takes RGB "
             "and ends in 3 x scale^2 channels"
         )
-    model = {"arch": "compact", "scale": scale, "blocks": (last - 2) // 2, "channels": first.shape[0]}
     return Recognised("SRVGGNetCompact (Real-ESRGAN layout)", model, state)
 
 
 def leftthomas(state: dict[str, torch.Tensor], origin: str) -> Recognised | None:
     if not is_leftthomas_state_dict(state):
         return None
+    conv_shape({k.removeprefix("module."): v for k, v in state.items()}, "block1.0.weight", origin)  # its width
     generator = generator_from_leftthomas(state, origin)
     model = {
         "arch": "srresnet",
@@ -201,6 +205,28 @@ RECOGNISERS: tuple[Callable[[dict[str, torch.Tensor], str], Recognised | None], 
     compact,
     leftthomas,
 )
+
+
+def conv_shape(state: dict[str, torch.Tensor], key: str, origin: str, ndim: int = 4) -> torch.Size:
+    """The shape of a weight a recogniser reads sizes from, once it is the
+    shape of a layer's weight (4 dims for a conv, 2 for a linear layer), none 0."""
+    shape = state[key].shape
+    if len(shape) != ndim or 0 in shape:
+        layer = {4: "a conv's weight", 2: "a linear layer's weight"}[ndim]
+        raise SrganError(f"{origin}: {key} has shape {list(shape)}; {layer} has {ndim} dims, none of them 0")
+    return shape
+
+
+def within_limits(model: dict[str, Any], layout: str, origin: str) -> None:
+    """The sizes a recogniser read, against srgan's limits (configs/loader.py),
+    before anything is built from them: also before spandrel builds a network
+    srgan's architectures do not hold, from the same few shapes."""
+    for key in ("blocks", "channels", "growth"):
+        limit = LIMITS[f"model.{key}"]
+        if model.get(key, 0) > limit:
+            raise SrganError(
+                f"{origin}: an {layout} of {model[key]} {key} (model.{key}), more than srgan's limit of {limit}"
+            )
 
 
 def count_indices(state: dict[str, torch.Tensor], pattern: str, start: int = 0) -> int:
@@ -229,7 +255,7 @@ def recognise_discriminator(state: dict[str, torch.Tensor], origin: str) -> Reco
     VGGStyleDiscriminator or srgan's own, by their keys; `model` holds the
     gan.discriminator, model.d_channels (and, for vgg, data.crop_size) they imply."""
     if {"conv0.weight", "conv1.weight_orig", "conv9.weight"} <= state.keys():
-        width = state["conv0.weight"].shape[0]
+        width = conv_shape(state, "conv0.weight", origin)[0]
         return Recognised("UNetDiscriminatorSN (Real-ESRGAN)", {"discriminator": "unet", "d_channels": width}, state)
     if {"conv0_0.weight", "conv4_1.weight", "linear1.weight"} <= state.keys():
         if "conv5_0.weight" in state:
@@ -237,12 +263,12 @@ def recognise_discriminator(state: dict[str, torch.Tensor], origin: str) -> Reco
                 f"{origin}: BasicSR's VGGStyleDiscriminator for 256 px crops (conv5_0); srgan's has the five "
                 "stages of its 128 px one"
             )
-        width = state["conv0_0.weight"].shape[0]
-        side = math.isqrt(state["linear1.weight"].shape[1] // (8 * width))
+        width = conv_shape(state, "conv0_0.weight", origin)[0]
+        side = math.isqrt(conv_shape(state, "linear1.weight", origin, ndim=2)[1] // (8 * width))
         settings = {"discriminator": "vgg", "d_channels": width, "crop_size": 32 * side}
         return Recognised("VGGStyleDiscriminator (BasicSR)", settings, state)
     if {"features.0.weight", "classifier.2.weight"} <= state.keys():
-        width = state["features.0.weight"].shape[0]
+        width = conv_shape(state, "features.0.weight", origin)[0]
         return Recognised("srgan's SRGAN discriminator", {"discriminator": "srgan", "d_channels": width}, state)
     first = ", ".join(list(state)[:3])
     raise SrganError(
