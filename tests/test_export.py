@@ -287,3 +287,97 @@ def test_bench_upscale_times_onnxruntime_on_the_same_image(checkpoints, onnx_fil
     refused = run_cli("bench", "upscale", "-k", checkpoints["compact"], "--onnx", other, "--size", "24x20",
                       "--iters", "1", "--warmup", "0", "--no-baseline", "--precision", "fp32")  # fmt: skip
     assert_refused(refused, "not the same model")
+
+
+# ---- the community's architectures, loaded through spandrel ----------------------------
+
+
+def spandrel_file(path: Path, arch: str) -> Path:
+    """A tiny network of spandrel's own class with random weights, saved as a
+    plain state dict (as SPAN, RealPLKSR and SwinIR files are published)."""
+    torch.manual_seed(5)
+    if arch == "SPAN":
+        from spandrel.architectures.SPAN import SPAN
+
+        network = SPAN(num_in_ch=3, num_out_ch=3, feature_channels=4, upscale=2)
+        with torch.no_grad():  # its 255-scaled features put most outputs at the clamp otherwise
+            network.upsampler[0].weight.mul_(0.02)
+            network.upsampler[0].bias.add_(0.5)
+    elif arch == "RealPLKSR":
+        from spandrel.architectures.PLKSR import RealPLKSR
+
+        network = RealPLKSR(dim=8, n_blocks=1, upscaling_factor=2, kernel_size=5)
+    else:
+        from spandrel.architectures.SwinIR import SwinIR
+
+        network = SwinIR(
+            img_size=8, embed_dim=6, depths=[1], num_heads=[1], window_size=4, mlp_ratio=1.0, upscale=2,
+            upsampler="pixelshuffle",
+        )  # fmt: skip
+    torch.save(network.state_dict(), path)
+    return path
+
+
+def test_a_span_file_exports_to_onnx_that_computes_what_srgan_computes(tmp_path):
+    """SPAN's blocks recompute their eval convolution from the training
+    branches in every eval forward (assigning the parameters' .data): torch's
+    exporter then fell back to its strict tracer, whose decompositions
+    crashed the process (a segmentation fault, nothing printed)."""
+    source = spandrel_file(tmp_path / "span.pth", "SPAN")
+    target = tmp_path / "span.onnx"
+    assert assert_exported(run_cli("export", source, "-o", target), target) <= 1e-4
+    session = onnxruntime.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    x = check_input((1, 3, 21, 15))
+    (got,) = session.run(None, {"input": x.numpy()})
+    expected = ours(source, x)
+    assert got.shape == (1, 3, 42, 30) and 0.2 < float(((expected > 0) & (expected < 1)).float().mean())
+    np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=0)
+    metadata = {p.key: p.value for p in onnx.load(str(target)).metadata_props}
+    assert metadata == {"arch": "SPAN", "scale": "2"}  # no srgan_model: srgan reads SPAN through spandrel
+
+
+def test_a_network_the_exporter_cannot_trace_is_refused_in_one_line_naming_the_file(tmp_path, monkeypatch):
+    """SPAN left unfolded is what any network that mutates its parameters in
+    forward gives the exporter: srgan refuses it with torch.export's reason,
+    never handing it to the fallback that crashed."""
+    import copy
+
+    from srgan.configs import SrganError
+    from srgan.inference import export
+
+    source = spandrel_file(tmp_path / "span.pth", "SPAN")
+    monkeypatch.setattr(export, "fuse_for_inference", lambda g: copy.deepcopy(g).eval())
+    with pytest.raises(SrganError) as refused:
+        export.export_generator(load_generator(source), tmp_path / "x.onnx", source=source)
+    message = str(refused.value)
+    assert "\n" not in message and str(source) in message and "SPAN" in message and "torch.export" in message
+    assert list(tmp_path.iterdir()) == [source]
+
+
+@pytest.mark.parametrize("arch", ["SPAN", "RealPLKSR"])
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+def test_a_spandrel_file_exports_to_weight_files_srgan_and_spandrel_read(arch, suffix, tmp_path):
+    """The file holds the network's own parameter names (not srgan's wrapper's
+    "network." prefix), and the export's check reads it as srgan upscale does."""
+    spandrel = pytest.importorskip("spandrel")
+    source = spandrel_file(tmp_path / "source.pth", arch)
+    target = tmp_path / f"exported{suffix}"
+    assert assert_exported(run_cli("export", source, "-o", target), target) == 0.0
+    published = torch.load(source, weights_only=True)
+    if suffix == ".pth":
+        state = torch.load(target, weights_only=True)
+        assert list(state) == ["params_ema"] and state["params_ema"].keys() == published.keys()
+    x = check_input((1, 3, 21, 15))
+    assert torch.equal(ours(target, x), ours(source, x))  # srgan's own loader
+    descriptor = spandrel.ModelLoader().load_from_file(str(target))
+    assert descriptor.architecture.id == load_generator(source).arch and descriptor.scale == 2
+    with torch.no_grad():
+        torch.testing.assert_close(descriptor(x), ours(source, x), atol=1e-6, rtol=0)
+
+
+def test_an_fp16_onnx_of_a_network_spandrel_runs_in_fp32_only_is_refused_naming_the_file(tmp_path):
+    source = spandrel_file(tmp_path / "swinir.pth", "SwinIR")
+    result = run_cli("export", source, "-o", tmp_path / "swinir.onnx", "--fp16")
+    assert_refused(result, str(source))
+    assert "SwinIR" in result.stderr and "fp16" in result.stderr and "model.arch" not in result.stderr
+    assert list(tmp_path.iterdir()) == [source]
