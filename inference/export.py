@@ -95,6 +95,16 @@ def export_generator(
     if opset is not None and opset not in OPSETS:
         raise SrganError(f"--opset: expected {OPSETS.start} to {OPSETS.stop - 1}, got {opset}")
     check_output(path, overwrite, inputs)  # before the slow part
+    if (
+        kind == "onnx"
+        and fp16
+        and isinstance(generator, SpandrelGenerator)
+        and not generator.low_precision[torch.float16]
+    ):
+        raise SrganError(
+            f"{source}: {generator.describe()}: spandrel runs this architecture in fp32 only (its fp16 output "
+            "is not trusted), so no --fp16 ONNX of it; export without --fp16"
+        )
     generator = generator.eval().float().cpu()
     precision = "fp16" if fp16 else "fp32"
     if kind == "onnx":
@@ -216,11 +226,6 @@ def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int, source: str | Pat
     .data in forward, as SPAN's blocks did before fuse_for_inference folded
     them. A network torch.export cannot trace is refused in one line."""
     require_export_extra("export to .onnx")
-    if fp16 and isinstance(generator, SpandrelGenerator) and not generator.low_precision[torch.float16]:
-        raise SrganError(
-            f"{source}: {generator.describe()}: spandrel runs this architecture in fp32 only (its fp16 output "
-            "is not trusted), so no --fp16 ONNX of it; export without --fp16"
-        )
     network = OnnxNetwork(fuse_for_inference(generator), fp16).eval()
     auto = torch.export.Dim.AUTO
     with quiet_exporter():
