@@ -381,3 +381,19 @@ def test_an_fp16_onnx_of_a_network_spandrel_runs_in_fp32_only_is_refused_naming_
     assert_refused(result, str(source))
     assert "SwinIR" in result.stderr and "fp16" in result.stderr and "model.arch" not in result.stderr
     assert list(tmp_path.iterdir()) == [source]
+
+
+def test_a_graph_onnxruntime_cannot_run_is_refused_in_one_line(checkpoints, onnx_files, monkeypatch, tmp_path):
+    """A tiny SwinIR's graph fails in onnxruntime on the second check size
+    (a width the exporter fixed from the traced one: a Reshape that no longer
+    fits): a traceback before. Here a check input of 4 channels fails the same way."""
+    from srgan.configs import SrganError
+    from srgan.inference import export
+
+    monkeypatch.setattr(export, "CHECK_SHAPES", ((1, 4, 16, 16),))
+    with pytest.raises(SrganError) as refused:
+        generator = load_generator(checkpoints["compact"])
+        export.check_onnx(onnx_files["compact"][0], generator, "fp32", tmp_path / "x.onnx")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{tmp_path / 'x.onnx'}: not written: onnxruntime cannot run")
+    assert "1x4x16x16" in message
