@@ -87,6 +87,9 @@ def compare(
             shown.append(f"PSNR bicubic {bicubic:.2f} dB, SR {sr:.2f} dB")
         else:
             shown.append(f"{name.upper().replace('_', '-')} bicubic {bicubic:.4f}, SR {sr:.4f}")
+            warning = scores.learned[name].warning
+            if warning:
+                shown[-1] += f" (WARNING {warning})"
     convention = f" ({CONVENTION.format(scale=generator.scale)})" if {"psnr", "ssim"} & set(names) else ""
     source = "given" if lr is not None else "bicubic" if degrade is None else degrade
     typer.echo(f"{output}: bicubic | SR | original; LR by {source}; {'; '.join(shown)}{convention}")

@@ -37,7 +37,7 @@ def export(
     export_format(output)  # a bad extension or an existing file is refused before the model is read
     checkpoint = resolve_checkpoint_path(source)
     check_output(output, force, (checkpoint,))
-    report = export_generator(load_generator(checkpoint), output, fp16, opset, force, (checkpoint,))
+    report = export_generator(load_generator(checkpoint), output, fp16, opset, force, (checkpoint,), checkpoint)
     opset_part = f", opset {report.opset}" if report.opset is not None else ""
     typer.echo(
         f"{report.path}: {report.arch} x{report.scale}, {report.format} {report.precision}{opset_part}; "

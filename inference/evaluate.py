@@ -123,6 +123,12 @@ def evaluate_folders(
         raise SrganError(
             f"{', '.join(str(f) for f in folders)}: no {what} that decodes and is large enough to evaluate"
         )
+    warnings = list(scores.warnings)
+    for name in scores.learned:
+        undefined = sum(not np.isfinite(im[kind][name]) for im in images for kind in ("sr", "bicubic"))
+        if undefined:
+            warnings.append(f"{name}: NaN or infinite for {undefined} of {2 * len(images)} scores (SR and bicubic)")
+            log.warning("%s", warnings[-1])
     per_folder = []
     if len(folders) > 1:
         for index, folder in enumerate(folders):
@@ -145,6 +151,8 @@ def evaluate_folders(
         "mean": _means(images),
         "folders": per_folder,
         "failed": failed,
+        "learned_weights": [metric.weights.as_json(name) for name, metric in scores.learned.items()],
+        "warnings": warnings,  # also on the table's first line, which names the metrics
     }
 
 
@@ -175,7 +183,8 @@ def format_table(result: dict) -> str:
             f"; LR inputs from {_one_line(result['lr_folder'])}"
             if result.get("lr_folder")
             else f"; LR: {result.get('lr', 'bicubic')}"
-        ),
+        )
+        + "".join(f"; WARNING {_one_line(warning)}" for warning in result.get("warnings", ())),
         header,
     ]
     rows = [*result["images"], None, *folder_means, {"name": "mean", **result["mean"]}]

@@ -5,20 +5,22 @@ format (the target's extension picks it):
                    float32 RGB in [0, 1], output "output" the same at the model's scale,
                    clamped to [0, 1] as `srgan upscale` clamps; batch, height, width dynamic
     .safetensors   the generator's weights, with metadata srgan_model / arch / scale
+                   (srgan_model for srgan's own architectures only)
     .pth           BasicSR's {"params_ema": state dict}, for rrdb and compact (the
-                   architectures BasicSR has)
+                   architectures BasicSR has) and the networks spandrel reads
 
-Each file is checked by reading its bytes back before anything is written:
-onnxruntime runs the graph on an odd size and a second one and is compared
-with srgan's own fp32 output; the weight files are loaded into a fresh
-network (for safetensors, one built from its metadata alone) whose output is
-compared likewise. A file that would compute something else is refused and
-never written; the one that passes is written atomically (srgan.files)."""
+A network spandrel loaded (SPAN, SwinIR, ...) leaves with its own parameter
+names, as it came. Each file is checked by reading it back before it takes
+its name: its bytes go to the temporary file the atomic write renames, and
+that file is read by what users run: onnxruntime runs the graph on an odd
+size and a second one, srgan's own loader (load_generator, as `srgan upscale
+-k` reads a file) reads the weight files; each output is compared with
+srgan's fp32 output of the source. A file that would compute something
+else, or that srgan cannot read, is refused and never written (srgan.files)."""
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 import logging
@@ -30,11 +32,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from srgan.configs import SrganError, config_from_dict, config_to_dict
-from srgan.files import check_output, write_bytes
+from srgan.configs import SrganError, config_from_dict, config_to_dict, first_line
+from srgan.files import check_output, write_file
 from srgan.inference.fused import fuse_for_inference
-from srgan.models import Generator, SRGenerator, build_generator
+from srgan.models import Generator, SRGenerator
 from srgan.models.rrdb import RRDBNet
+from srgan.models.spandrel_generator import SpandrelGenerator
 
 FORMATS = (".onnx", ".safetensors", ".pth")
 DEFAULT_OPSET = 18  # the opset torch's dynamo exporter writes natively (onnxscript's torchlib)
@@ -81,29 +84,50 @@ def export_generator(
     opset: int | None = None,
     overwrite: bool = False,
     inputs: tuple[Path, ...] = (),
+    source: str | Path = "the generator",
 ) -> ExportReport:
-    """Write `generator` to `path` in the format its extension names, checked
-    by reading it back first (see the module's docstring)."""
+    """Write `generator` (read from `source`, which refusals about the network
+    name) to `path` in the format its extension names, checked by reading it
+    back first (see the module's docstring)."""
     kind = export_format(path)
     if opset is not None and kind != "onnx":
         raise SrganError(f"--opset: applies to .onnx only, not .{kind}")
     if opset is not None and opset not in OPSETS:
         raise SrganError(f"--opset: expected {OPSETS.start} to {OPSETS.stop - 1}, got {opset}")
     check_output(path, overwrite, inputs)  # before the slow part
+    if (
+        kind == "onnx"
+        and fp16
+        and isinstance(generator, SpandrelGenerator)
+        and not generator.low_precision[torch.float16]
+    ):
+        raise SrganError(
+            f"{source}: {generator.describe()}: spandrel runs this architecture in fp32 only (its fp16 output "
+            "is not trusted), so no --fp16 ONNX of it; export without --fp16"
+        )
     generator = generator.eval().float().cpu()
     precision = "fp16" if fp16 else "fp32"
     if kind == "onnx":
         opset = opset or DEFAULT_OPSET
-        data = onnx_bytes(generator, fp16, opset)
-        diff = check_onnx(data, generator, precision, path)
+        data = onnx_bytes(generator, fp16, opset, source)
+        check = check_onnx
     elif kind == "safetensors":
         data = safetensors_bytes(generator, fp16)
-        diff = check_safetensors(data, generator, precision, path)
+        check = check_weight_file
     else:
         data = basicsr_pth_bytes(generator, fp16, path)
-        diff = check_basicsr_pth(data, generator, precision, path)
-    write_bytes(path, data, overwrite=overwrite, inputs=inputs)
-    return ExportReport(Path(path), kind, generator.arch, generator.scale, precision, diff, TOLERANCE[precision], opset)
+        check = check_weight_file
+    diffs = []
+
+    def write_and_check(file) -> None:
+        file.write(data)
+        file.flush()
+        diffs.append(check(Path(file.name), generator, precision, path))  # the temporary, under its final bytes
+
+    write_file(path, write_and_check, overwrite=overwrite, inputs=inputs)
+    return ExportReport(
+        Path(path), kind, generator.arch, generator.scale, precision, diffs[0], TOLERANCE[precision], opset
+    )
 
 
 def model_section(generator: SRGenerator) -> dict[str, Any]:
@@ -186,24 +210,38 @@ def require_export_extra(what: str, modules: tuple[str, ...] = ("onnx", "onnxscr
             raise SrganError(f"{what} needs {name}, which is not installed: pip install 'srgan[export]'") from None
 
 
-def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int) -> bytes:
+def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int, source: str | Path = "the generator") -> bytes:
     """The ONNX graph of the generator's inference network, serialised.
 
     torch's dynamo exporter (torch.export, then onnxscript): the legacy
     TorchScript exporter cannot export SRResNet, whose tail weight is
     computed in forward(). Dim.AUTO rather than named dims: rrdb x1/x2's
     padding branches on the side's remainder, which named dims refuse; the
-    axes AUTO leaves dynamic are checked below, and check_onnx runs two sizes."""
+    axes AUTO leaves dynamic are checked below, and check_onnx runs two sizes.
+
+    torch.export runs here, non-strict, and its program goes to the ONNX
+    exporter: given the network itself, torch.onnx.export falls back on a
+    failure to its strict (dynamo) tracer, whose decompositions crash the
+    process (a segmentation fault) on a network that assigns its parameters'
+    .data in forward, as SPAN's blocks did before fuse_for_inference folded
+    them. A network torch.export cannot trace is refused in one line."""
     require_export_extra("export to .onnx")
     network = OnnxNetwork(fuse_for_inference(generator), fp16).eval()
     auto = torch.export.Dim.AUTO
     with quiet_exporter():
+        try:
+            exported = torch.export.export(
+                network, (check_input(TRACE_SHAPE),), dynamic_shapes={"x": {0: auto, 2: auto, 3: auto}}, strict=False
+            )
+        except Exception as error:  # an op or a Python construct the tracer does not take
+            raise SrganError(
+                f"{source}: {describe_network(generator)} cannot be exported to ONNX: torch.export "
+                f"{torch.__version__} cannot trace it ({type(error).__name__}: {first_line(error)})"
+            ) from None
         program = torch.onnx.export(
-            network,
-            (check_input(TRACE_SHAPE),),
+            exported,
             input_names=["input"],
             output_names=["output"],
-            dynamic_shapes={"x": {0: auto, 2: auto, 3: auto}},
             opset_version=opset,
             dynamo=True,
             verbose=False,
@@ -251,6 +289,12 @@ def quiet_exporter():
             logger.setLevel(level)
 
 
+def describe_network(generator: SRGenerator) -> str:
+    if isinstance(generator, SpandrelGenerator):
+        return generator.describe()
+    return f"{generator.arch} x{generator.scale}"
+
+
 def onnx_session(model: bytes | str, threads: int | None = None):
     """An onnxruntime CPU session (the `export` extra's onnxruntime)."""
     import onnxruntime
@@ -263,15 +307,22 @@ def onnx_session(model: bytes | str, threads: int | None = None):
     return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def check_onnx(data: bytes, generator: SRGenerator, precision: str, path: Path) -> float:
-    """Run the graph in onnxruntime on CHECK_SHAPES; the largest difference
-    from srgan's fp32 output, or a refusal above the tolerance."""
-    session = onnx_session(data)
+def check_onnx(written: Path, generator: SRGenerator, precision: str, path: Path) -> float:
+    """Run the written graph in onnxruntime on CHECK_SHAPES; the largest
+    difference from srgan's fp32 output, or a refusal above the tolerance."""
+    session = onnx_session(str(written))
     diff = 0.0
     for shape in CHECK_SHAPES:
         x = check_input(shape)
+        try:
+            (got,) = session.run(["output"], {"input": x.numpy()})
+        except Exception as error:  # onnxruntime's Fail: a size the exporter fixed from the traced one
+            raise SrganError(
+                f"{path}: not written: onnxruntime cannot run the exported {describe_network(generator)} on "
+                f"{'x'.join(map(str, shape))} ({first_line(error)}); the exporter fixed a size this network "
+                "computes from its input"
+            ) from None
         expected = srgan_output(generator, x)
-        (got,) = session.run(["output"], {"input": x.numpy()})
         if tuple(got.shape) != tuple(expected.shape):
             raise RuntimeError(f"onnxruntime gave {got.shape} for {shape}, srgan {tuple(expected.shape)}")
         diff = max(diff, float((torch.from_numpy(got) - expected).abs().max()))
@@ -283,18 +334,22 @@ def check_onnx(data: bytes, generator: SRGenerator, precision: str, path: Path) 
 
 def weights_metadata(generator: SRGenerator) -> dict[str, str]:
     """What a reader needs to rebuild the network (models/checkpoint.py reads it back):
-    srgan_model, the JSON of the resolved model section; arch; scale."""
-    return {
-        "srgan_model": json.dumps(model_section(generator)),
-        "arch": generator.arch,
-        "scale": str(generator.scale),
-    }
+    srgan_model, the JSON of the resolved model section; arch; scale. A network
+    spandrel loaded has no model section (spandrel reads its shapes from the
+    weights, as srgan's loader then does): arch (spandrel's id) and scale only."""
+    named = {"arch": generator.arch, "scale": str(generator.scale)}
+    if isinstance(generator, SpandrelGenerator):
+        return named
+    return {"srgan_model": json.dumps(model_section(generator)), **named}
 
 
 def export_state_dict(generator: SRGenerator, fp16: bool) -> dict[str, torch.Tensor]:
-    """The weights as separate contiguous tensors; floating ones halved for --fp16."""
+    """The weights as separate contiguous tensors, under the names the
+    network's own implementation gives them (a spandrel network's, without
+    srgan's wrapper); floating ones halved for --fp16."""
+    network = generator.network if isinstance(generator, SpandrelGenerator) else generator
     state = {}
-    for name, tensor in generator.state_dict().items():
+    for name, tensor in network.state_dict().items():
         tensor = tensor.detach().cpu()
         if fp16 and tensor.is_floating_point():
             tensor = tensor.half()
@@ -314,22 +369,9 @@ def safetensors_bytes(generator: SRGenerator, fp16: bool) -> bytes:
     return save(state, metadata=weights_metadata(generator))
 
 
-def check_safetensors(data: bytes, generator: SRGenerator, precision: str, path: Path) -> float:
-    """Rebuild the network from the file alone (its metadata and weights) and
-    compare its output with the source's."""
-    from safetensors.torch import load
-
-    header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
-    metadata = header.get("__metadata__", {})
-    if set(metadata) != {"srgan_model", "arch", "scale"}:
-        raise RuntimeError(f"the safetensors header lacks srgan's metadata: {sorted(metadata)}")
-    config = config_from_dict({"model": json.loads(metadata["srgan_model"])}, f"{path}: srgan_model")
-    rebuilt = build_generator(config.model)
-    rebuilt.load_state_dict(load(data), strict=True)  # load_state_dict casts fp16 weights to the network's fp32
-    return compare_networks(rebuilt, generator, precision, path)
-
-
 def basicsr_pth_bytes(generator: SRGenerator, fp16: bool, path: Path) -> bytes:
+    """BasicSR's {"params_ema": state dict}: what BasicSR, traiNNer-redux and
+    Real-ESRGAN save, and what spandrel and srgan unwrap."""
     if isinstance(generator, Generator):
         raise SrganError(
             f"{path}: BasicSR has no SRGAN SRResNet (its MSRResNet is another network), so no "
@@ -344,13 +386,25 @@ def basicsr_pth_bytes(generator: SRGenerator, fp16: bool, path: Path) -> bytes:
     return buffer.getvalue()
 
 
-def check_basicsr_pth(data: bytes, generator: SRGenerator, precision: str, path: Path) -> float:
-    """Read the file back as srgan reads any .pth (weights_only), into a copy
-    of the network, and compare its output with the source's."""
-    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    rebuilt = copy.deepcopy(generator)
-    rebuilt.load_state_dict(state["params_ema"], strict=True)
-    return compare_networks(rebuilt, generator, precision, path)
+def check_weight_file(written: Path, generator: SRGenerator, precision: str, path: Path) -> float:
+    """Read the written file with srgan's own loader, as `srgan upscale -k`
+    does (an srgan .safetensors rebuilt from its metadata alone, a BasicSR
+    .pth recognised by its keys and shapes, any other network through
+    spandrel), and compare its output with the source's: a file srgan
+    cannot read, or reads as another network, is refused."""
+    from srgan.models.checkpoint import load_generator
+
+    try:
+        rebuilt = load_generator(written)
+    except SrganError as error:
+        reason = first_line(error).replace(f"{written}: ", "")
+        raise SrganError(f"{path}: not written: srgan cannot read it back ({reason})") from None
+    if (rebuilt.arch, rebuilt.scale) != (generator.arch, generator.scale):
+        raise SrganError(
+            f"{path}: not written: srgan reads it back as {rebuilt.arch} x{rebuilt.scale}, "
+            f"not {generator.arch} x{generator.scale}"
+        )
+    return compare_networks(rebuilt.eval(), generator, precision, path)
 
 
 def compare_networks(rebuilt: nn.Module, generator: SRGenerator, precision: str, path: Path) -> float:

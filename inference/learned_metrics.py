@@ -13,14 +13,21 @@ ImageNet itself). docs/metrics.md says why these two.
 The ImageNet backbones are torchvision's files in its hub cache
 (TORCH_HOME/hub/checkpoints), downloaded there on first use when the
 machine is online. Without them a metric is refused before any work: a
-distance between random features is a wrong number, not a degraded one."""
+distance between random features is a wrong number, not a degraded one.
+A file whose backbone weights are not all finite is refused likewise. A file
+whose sha256 does not begin with the 8 hex digits torchvision puts in its
+name (alexnet-owt-7be5be79.pth) is not torchvision's: it is used (tests
+plant random weights), and said to be unverified wherever its scores are
+reported (the `warning` of the metric). Each file is hashed once a process."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -60,6 +67,62 @@ def _fetch_backbone(metric: str, key: str) -> None:
             f"not there and not downloadable ({first_line(error)}); put the file there (from {url}), "
             f"or leave {metric} out"
         ) from None
+
+
+@dataclass(frozen=True)
+class WeightsCheck:
+    """A backbone file against the hash prefix in its name."""
+
+    file: Path
+    sha256: str
+    name_says: str | None  # the 8 hex digits of torchvision's name; None: the name carries none
+    matches: bool
+
+    def as_json(self, metric: str) -> dict:
+        return {"metric": metric, "file": str(self.file), "sha256": self.sha256, "name_says": self.name_says,
+                "matches": self.matches}  # fmt: skip
+
+
+# (resolved path, size, mtime) -> sha256: each file hashed once a process (the VGG16 file is 528 MB)
+DIGESTS: dict[tuple[Path, int, int], str] = {}
+
+
+def weights_check(path: Path) -> WeightsCheck:
+    """The file's sha256 (once a process) against the prefix its name carries."""
+    stat = path.stat()
+    key = (path.resolve(), stat.st_size, stat.st_mtime_ns)
+    if key not in DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as file:
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+        DIGESTS[key] = digest.hexdigest()
+    found = torch.hub.HASH_REGEX.search(path.name)
+    name_says = found.group(1) if found else None
+    return WeightsCheck(path, DIGESTS[key], name_says, bool(name_says) and DIGESTS[key].startswith(name_says or "-"))
+
+
+def _check_finite_backbone(path: Path, metric: str, key: str) -> None:
+    """Refuse a backbone file whose features (the only tensors LPIPS and
+    DISTS use) hold NaN or Inf: every score would be NaN, every best.pt
+    comparison false."""
+    from srgan.files import read_torch_file
+
+    state = read_torch_file(path, "backbone weights file")
+    if not isinstance(state, dict):
+        return  # the library's loader refuses it below, in its words
+    for name, tensor in state.items():
+        if (
+            isinstance(name, str)
+            and name.startswith("features.")
+            and isinstance(tensor, torch.Tensor)
+            and tensor.is_floating_point()
+            and not bool(torch.isfinite(tensor).all())
+        ):
+            raise SrganError(
+                f"{key}: {metric}: {path}: {name} holds NaN or infinite values, so every {metric} score "
+                "would be NaN; replace the file with torchvision's"
+            )
 
 
 @contextlib.contextmanager
@@ -106,6 +169,15 @@ class LearnedMetric:
             dists = _import_extra("torchmetrics.functional.image.dists")
         _fetch_backbone(name, key)
         cached, _ = backbone_file(BACKBONES[name])
+        self.weights = weights_check(cached)
+        self.warning: str | None = None  # said where this metric's scores are reported
+        if not self.weights.matches:
+            self.warning = (
+                f"{name}: {cached.name} is not torchvision's file (its sha256 begins "
+                f"{self.weights.sha256[:8]}, its name says {self.weights.name_says}): unverified "
+                f"{BACKBONES[name]} weights, scores not comparable with published ones"
+            )
+        _check_finite_backbone(cached, name, key)
         try:
             with _safe_loads():
                 if name in ("lpips", "lpips_vgg"):

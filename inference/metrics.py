@@ -98,6 +98,8 @@ class ImageScores:
     def __init__(self, names: Sequence[str], device: torch.device, key: str):
         self.names = tuple(names)
         self.learned = {name: LearnedMetric(name, device, key) for name in self.names if name in BACKBONES}
+        # what a report of these scores must say: backbone files that are not torchvision's
+        self.warnings = [metric.warning for metric in self.learned.values() if metric.warning]
 
     def __call__(self, sr8: torch.Tensor, hr8: torch.Tensor, border: int) -> dict[str, float]:
         """Two 3xHxW uint8 images: PSNR/SSIM on Y with `border` px shaved, the learned ones on RGB, whole."""

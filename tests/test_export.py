@@ -203,12 +203,36 @@ def test_spandrel_loads_the_exported_file_to_the_same_output(name, suffix, check
     torch.testing.assert_close(theirs, ours(checkpoints[name], x), atol=1e-5, rtol=0)
 
 
-def test_fp16_weight_files_hold_half_the_bytes_and_compute_nearly_the_same(checkpoints, tmp_path):
-    target = tmp_path / "half.pth"
-    printed = assert_exported(run_cli("export", checkpoints["rrdb"], "-o", target, "--fp16"), target)
-    assert 0 < printed <= 1e-2
-    state = torch.load(target, weights_only=True)["params_ema"]
-    assert {v.dtype for v in state.values()} == {torch.float16}
+def stored_tensor_bytes(path: Path) -> dict[str, int]:
+    """The bytes each tensor storage takes in a torch zip file, read from the
+    archive's own entries (archive/data/N), not from what torch.load rebuilds."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        return {i.filename: i.file_size for i in archive.infolist() if "/data/" in i.filename}
+
+
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+def test_fp16_weight_files_hold_half_the_bytes_and_compute_nearly_the_same(suffix, checkpoints, tmp_path):
+    from safetensors import safe_open
+
+    full, half = tmp_path / f"full{suffix}", tmp_path / f"half{suffix}"
+    assert assert_exported(run_cli("export", checkpoints["rrdb"], "-o", full), full) == 0.0
+    printed = assert_exported(run_cli("export", checkpoints["rrdb"], "-o", half, "--fp16"), half)
+    assert 0 < printed <= 1e-2  # fp16 rounding shows, within the tolerance
+    weights = load_generator(checkpoints["rrdb"]).state_dict()
+    fp32_bytes = sum(t.numel() * 4 for t in weights.values())
+    if suffix == ".pth":
+        stored = [stored_tensor_bytes(f) for f in (full, half)]
+        assert sum(stored[0].values()) == fp32_bytes and len(stored[1]) == len(weights)
+        assert sum(stored[1].values()) == fp32_bytes // 2  # every tensor stored in 2 bytes a value, nothing else
+        state = torch.load(half, weights_only=True)
+        assert list(state) == ["params_ema"] and {v.dtype for v in state["params_ema"].values()} == {torch.float16}
+    else:
+        with safe_open(str(half), "pt") as file:
+            dtypes = {file.get_slice(k).get_dtype() for k in file.keys()}  # noqa: SIM118 (safe_open is no mapping)
+        assert dtypes == {"F16"}
+    assert half.stat().st_size < 0.55 * full.stat().st_size  # the file itself, headers included
 
 
 def test_refusals_are_one_line_and_leave_nothing_behind(checkpoints, tmp_path):
@@ -263,3 +287,113 @@ def test_bench_upscale_times_onnxruntime_on_the_same_image(checkpoints, onnx_fil
     refused = run_cli("bench", "upscale", "-k", checkpoints["compact"], "--onnx", other, "--size", "24x20",
                       "--iters", "1", "--warmup", "0", "--no-baseline", "--precision", "fp32")  # fmt: skip
     assert_refused(refused, "not the same model")
+
+
+# ---- the community's architectures, loaded through spandrel ----------------------------
+
+
+def spandrel_file(path: Path, arch: str) -> Path:
+    """A tiny network of spandrel's own class with random weights, saved as a
+    plain state dict (as SPAN, RealPLKSR and SwinIR files are published)."""
+    torch.manual_seed(5)
+    if arch == "SPAN":
+        from spandrel.architectures.SPAN import SPAN
+
+        network = SPAN(num_in_ch=3, num_out_ch=3, feature_channels=4, upscale=2)
+        with torch.no_grad():  # its 255-scaled features put most outputs at the clamp otherwise
+            network.upsampler[0].weight.mul_(0.02)
+            network.upsampler[0].bias.add_(0.5)
+    elif arch == "RealPLKSR":
+        from spandrel.architectures.PLKSR import RealPLKSR
+
+        network = RealPLKSR(dim=8, n_blocks=1, upscaling_factor=2, kernel_size=5)
+    else:
+        from spandrel.architectures.SwinIR import SwinIR
+
+        network = SwinIR(
+            img_size=8, embed_dim=6, depths=[1], num_heads=[1], window_size=4, mlp_ratio=1.0, upscale=2,
+            upsampler="pixelshuffle",
+        )  # fmt: skip
+    torch.save(network.state_dict(), path)
+    return path
+
+
+def test_a_span_file_exports_to_onnx_that_computes_what_srgan_computes(tmp_path):
+    """SPAN's blocks recompute their eval convolution from the training
+    branches in every eval forward (assigning the parameters' .data): torch's
+    exporter then fell back to its strict tracer, whose decompositions
+    crashed the process (a segmentation fault, nothing printed)."""
+    source = spandrel_file(tmp_path / "span.pth", "SPAN")
+    target = tmp_path / "span.onnx"
+    assert assert_exported(run_cli("export", source, "-o", target), target) <= 1e-4
+    session = onnxruntime.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    x = check_input((1, 3, 21, 15))
+    (got,) = session.run(None, {"input": x.numpy()})
+    expected = ours(source, x)
+    assert got.shape == (1, 3, 42, 30) and 0.2 < float(((expected > 0) & (expected < 1)).float().mean())
+    np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=0)
+    metadata = {p.key: p.value for p in onnx.load(str(target)).metadata_props}
+    assert metadata == {"arch": "SPAN", "scale": "2"}  # no srgan_model: srgan reads SPAN through spandrel
+
+
+def test_a_network_the_exporter_cannot_trace_is_refused_in_one_line_naming_the_file(tmp_path, monkeypatch):
+    """SPAN left unfolded is what any network that mutates its parameters in
+    forward gives the exporter: srgan refuses it with torch.export's reason,
+    never handing it to the fallback that crashed."""
+    import copy
+
+    from srgan.configs import SrganError
+    from srgan.inference import export
+
+    source = spandrel_file(tmp_path / "span.pth", "SPAN")
+    monkeypatch.setattr(export, "fuse_for_inference", lambda g: copy.deepcopy(g).eval())
+    with pytest.raises(SrganError) as refused:
+        export.export_generator(load_generator(source), tmp_path / "x.onnx", source=source)
+    message = str(refused.value)
+    assert "\n" not in message and str(source) in message and "SPAN" in message and "torch.export" in message
+    assert list(tmp_path.iterdir()) == [source]
+
+
+@pytest.mark.parametrize("arch", ["SPAN", "RealPLKSR"])
+@pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
+def test_a_spandrel_file_exports_to_weight_files_srgan_and_spandrel_read(arch, suffix, tmp_path):
+    """The file holds the network's own parameter names (not srgan's wrapper's
+    "network." prefix), and the export's check reads it as srgan upscale does."""
+    spandrel = pytest.importorskip("spandrel")
+    source = spandrel_file(tmp_path / "source.pth", arch)
+    target = tmp_path / f"exported{suffix}"
+    assert assert_exported(run_cli("export", source, "-o", target), target) == 0.0
+    published = torch.load(source, weights_only=True)
+    if suffix == ".pth":
+        state = torch.load(target, weights_only=True)
+        assert list(state) == ["params_ema"] and state["params_ema"].keys() == published.keys()
+    x = check_input((1, 3, 21, 15))
+    assert torch.equal(ours(target, x), ours(source, x))  # srgan's own loader
+    descriptor = spandrel.ModelLoader().load_from_file(str(target))
+    assert descriptor.architecture.id == load_generator(source).arch and descriptor.scale == 2
+    with torch.no_grad():
+        torch.testing.assert_close(descriptor(x), ours(source, x), atol=1e-6, rtol=0)
+
+
+def test_an_fp16_onnx_of_a_network_spandrel_runs_in_fp32_only_is_refused_naming_the_file(tmp_path):
+    source = spandrel_file(tmp_path / "swinir.pth", "SwinIR")
+    result = run_cli("export", source, "-o", tmp_path / "swinir.onnx", "--fp16")
+    assert_refused(result, str(source))
+    assert "SwinIR" in result.stderr and "fp16" in result.stderr and "model.arch" not in result.stderr
+    assert list(tmp_path.iterdir()) == [source]
+
+
+def test_a_graph_onnxruntime_cannot_run_is_refused_in_one_line(checkpoints, onnx_files, monkeypatch, tmp_path):
+    """A tiny SwinIR's graph fails in onnxruntime on the second check size
+    (a width the exporter fixed from the traced one: a Reshape that no longer
+    fits): a traceback before. Here a check input of 4 channels fails the same way."""
+    from srgan.configs import SrganError
+    from srgan.inference import export
+
+    monkeypatch.setattr(export, "CHECK_SHAPES", ((1, 4, 16, 16),))
+    with pytest.raises(SrganError) as refused:
+        generator = load_generator(checkpoints["compact"])
+        export.check_onnx(onnx_files["compact"][0], generator, "fp32", tmp_path / "x.onnx")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"{tmp_path / 'x.onnx'}: not written: onnxruntime cannot run")
+    assert "1x4x16x16" in message

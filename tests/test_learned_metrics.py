@@ -267,3 +267,111 @@ def test_a_resume_that_changes_the_learned_metrics_rewrites_epochs_csv_in_its_co
     assert list(rows[0]) == [*EPOCH_COLUMNS, "lpips", "dists"] and rows[0]["step"] == "10" and rows[0]["lpips"] == ""
     MetricLog(tmp_path, val_metrics=("psnr",)).resume({}, step=10, keep_epochs_before=2, validated=True)
     assert (tmp_path / "epochs.csv").read_text() == old
+
+
+def plant(home, network: str, fill: float | None = None):
+    """A TORCH_HOME whose cache holds `network`'s file under torchvision's
+    name, of random features (one of them `fill` everywhere when given)."""
+    import torchvision
+
+    cache = home / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+    with torch.device("meta"):
+        shapes = {key: value.shape for key, value in getattr(torchvision.models, network)().state_dict().items()}
+    generator = torch.Generator().manual_seed(2)
+    state = {
+        key: torch.randn(shape, generator=generator) * 0.1
+        if key.startswith("features.")
+        else torch.zeros(1).expand(shape)
+        for key, shape in shapes.items()
+    }
+    if fill is not None:
+        state["features.3.weight"].fill_(fill)
+    torch.save(state, cache / FILES[network])
+    return cache / FILES[network]
+
+
+def test_a_backbone_file_of_nan_weights_is_refused_before_any_work(tmp_path, monkeypatch, photo_dir, val_dir):
+    """The right name and keys, NaN values: `lpips nan` and exit 0 before;
+    training with best_by lpips wrote NaN rows and never a best.pt."""
+    bad = plant(tmp_path / "home", "alexnet", fill=float("nan"))
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "home"))
+    checkpoint = bare_checkpoint(tmp_path / "g.pt")
+    result = run_cli("evaluate", val_dir, "-k", checkpoint, "--metrics", "psnr,lpips", "--json", tmp_path / "s.json")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result
+    line = result.stderr.strip().splitlines()[-1]
+    assert str(bad) in line and "features.3.weight" in line and "NaN" in line
+    assert not (tmp_path / "s.json").exists()
+    run_dir = tmp_path / "run"
+    overrides = tiny_overrides(
+        photo_dir, run_dir, f"data.val={val_dir}", "train.val_metrics=[psnr,lpips]", "train.best_by=lpips"
+    )
+    result = run_cli("train", "--config", "demo", *set_args(overrides))
+    assert result.returncode == 2 and str(bad) in result.stderr.strip().splitlines()[-1], result
+    assert not run_dir.exists()
+
+
+def test_a_backbone_file_whose_hash_is_not_its_names_is_said_where_the_score_is(cached_weights, tmp_path, pair):
+    """torchvision's file names carry the first 8 hex digits of the file's
+    sha256; the planted random weights do not match theirs: a warning (tests
+    plant such files), on the table's line that names the metric and in the
+    JSON, never silence. The file is hashed once per process."""
+    import hashlib
+
+    from srgan.inference import learned_metrics
+
+    folder = tmp_path / "set"
+    folder.mkdir()
+    Image.fromarray(pair[1].permute(1, 2, 0).numpy()).save(folder / "crop.png")
+    checkpoint = bare_checkpoint(tmp_path / "g.pt")
+    out = tmp_path / "scores.json"
+    result = run_cli("evaluate", folder, "-k", checkpoint, "--metrics", "psnr,lpips", "--json", out)
+    assert result.returncode == 0, result.stderr
+    cached = cached_weights / "hub" / "checkpoints" / FILES["alexnet"]
+    digest = hashlib.sha256(cached.read_bytes()).hexdigest()
+    title = result.stdout.splitlines()[0]
+    assert "lpips" in title and FILES["alexnet"] in title and digest[:8] in title and "7be5be79" in title
+    scores = json.loads(out.read_text())
+    (weights,) = scores["learned_weights"]
+    assert weights == {
+        "metric": "lpips",
+        "file": str(cached),
+        "sha256": digest,
+        "name_says": "7be5be79",
+        "matches": False,
+    }
+    assert any(FILES["alexnet"] in w and "7be5be79" in w for w in scores["warnings"])
+    hashed = dict(learned_metrics.DIGESTS)
+    learned_metrics.LearnedMetric("lpips", torch.device("cpu"), "--metrics")
+    assert learned_metrics.DIGESTS == hashed and len([k for k in hashed if k[0] == cached.resolve()]) == 1
+    # a file whose name's prefix is its own hash is torchvision's: nothing to say
+    named = tmp_path / f"alexnet-owt-{digest[:8]}.pth"
+    named.write_bytes(cached.read_bytes())
+    assert learned_metrics.weights_check(named).matches
+
+
+def test_a_nan_validation_score_is_said_and_does_not_stop_best_pt(cached_weights, photo_dir, val_dir, tmp_path, caplog):
+    """A NaN mean (here the first validation's, as finite weights overflowing
+    would give) is warned about and is no best; the next finite one is."""
+    from srgan.configs import load_config
+    from srgan.models import load_checkpoint
+    from srgan.training import loop, train
+
+    real, calls = loop.validate, []
+
+    def first_nan(*args, **kwargs):
+        sums, count = real(*args, **kwargs)
+        calls.append(1)
+        return ([math.nan] * len(sums) if len(calls) == 1 else sums), count
+
+    overrides = tiny_overrides(
+        photo_dir, tmp_path / "run", f"data.val={val_dir}", "train.epochs=10", "train.max_steps=4",
+        "train.val_every=2", "train.val_metrics=[psnr,lpips]", "train.best_by=lpips",
+    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop, "validate", first_nan)
+        run = train(load_config("demo", overrides))
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "NaN" in r.getMessage()]
+    assert len(warned) == 1 and "step 2" in warned[0] and "lpips" in warned[0] and "best.pt" in warned[0]
+    best = load_checkpoint(run / "checkpoints" / "best.pt")
+    assert best["step"] == 4 and math.isfinite(best["best_value"])

@@ -208,6 +208,8 @@ class Trainer:
                 config.model.scale,
                 t.best_by,
             )
+            for warning in self.scores.warnings:  # a backbone file that is not torchvision's
+                log.warning("validation: %s", warning)
 
     # ---- setup ------------------------------------------------------------------
 
@@ -408,6 +410,16 @@ class Trainer:
         ).tolist()
         means = {name: total / totals[-1] for name, total in zip(self.scores.names, totals, strict=False)}
         best_by = self.config.train.best_by
+        undefined = [name for name, value in means.items() if not math.isfinite(value)]
+        if undefined:  # no best by it (NaN beats nothing); a later finite one still can be
+            log.warning(
+                "step %d: validation %s %s (NaN or infinite: the generator's output, or a learned metric's "
+                "network, overflowed)%s",
+                p.step,
+                ", ".join(undefined),
+                "is not a number" if len(undefined) == 1 else "are not numbers",
+                f"; not a candidate for best.pt by {best_by}" if best_by in undefined else "",
+            )
         improved = better(best_by, means[best_by], p.best_value)
         if improved:
             p.best_value, p.best_step = means[best_by], p.step
