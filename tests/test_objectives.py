@@ -214,6 +214,6 @@ def test_the_relativistic_g_step_judges_real_images_with_the_updated_d():
     assert abs(stale.item() - fresh.item()) > 1e-3  # the two D(x) differ enough to tell apart
     assert stats["adversarial"].item() == pytest.approx(fresh.item(), rel=1e-5)
     assert stats["g_loss"].item() == pytest.approx(fresh.item(), rel=1e-5)
-    for p, want, other in zip(g.parameters(), fresh_weights, stale_weights, strict=True):
+    for p, want in zip(g.parameters(), fresh_weights, strict=True):
         torch.testing.assert_close(p.detach(), want, rtol=0, atol=1e-6)
     assert max((a - b).abs().max().item() for a, b in zip(fresh_weights, stale_weights, strict=True)) > 1e-4
