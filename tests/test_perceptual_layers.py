@@ -69,10 +69,22 @@ def test_one_vgg_pass_serves_every_layer():
 
 
 def test_the_gradient_reaches_sr_through_every_layer():
-    vgg = VGGFeatures("vgg16", {"conv1_2": 1.0, "conv2_1": 1.0}, None)
-    sr = torch.rand(1, 3, 16, 16, requires_grad=True)
-    perceptual_loss(vgg, sr, torch.rand(1, 3, 16, 16), "l1").backward()
-    assert sr.grad is not None and sr.grad.abs().sum() > 0
+    """The loss's gradient is the sum of each layer's own (each layer's
+    weighted distance on a fresh pass up to it), and every layer's own is a
+    large part of it: a layer whose features were detached would be missing."""
+    layers = {"conv1_2": 0.5, "conv2_2": 1.0, "relu3_1": 2.0}
+    vgg = VGGFeatures("vgg19", layers, None)
+    sr = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(6), requires_grad=True)
+    hr = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(7))
+    (total,) = torch.autograd.grad(perceptual_loss(vgg, sr, hr, "l1"), sr)
+    alone = {}
+    for name, weight in layers.items():
+        up_to = vgg.features[: TORCHVISION_INDEX[name] + 1]
+        distance = weight * F.l1_loss(up_to((sr - MEAN) / STD), up_to((hr - MEAN) / STD))
+        (alone[name],) = torch.autograd.grad(distance, sr)
+    torch.testing.assert_close(total, sum(alone.values()), rtol=1e-4, atol=1e-9)
+    for name, grad in alone.items():
+        assert grad.norm() > 0.05 * total.norm(), name  # leaving it out would show
 
 
 def test_a_config_gives_layer_or_layers_and_the_resolved_config_says_which(photo_dir, tmp_path, srgan):
