@@ -11,6 +11,8 @@ import json
 import re
 
 import pytest
+import safetensors.torch as safetensors_torch
+import spandrel  # dev dependencies, the oracles: their absence is a failure, not a skip
 import torch
 import yaml
 from PIL import Image
@@ -24,9 +26,6 @@ from srgan.models.generator import Generator
 from srgan.models.rrdb import RRDBNet
 from srgan.models.spandrel_generator import SpandrelGenerator
 from test_interop_arch import basicsr_rrdbnet, realesrgan_compact
-
-spandrel = pytest.importorskip("spandrel")
-safetensors_torch = pytest.importorskip("safetensors.torch")
 
 X = torch.rand(1, 3, 9, 11, generator=torch.Generator().manual_seed(1))
 
@@ -136,6 +135,34 @@ def test_compact_files_load_and_compute_what_spandrel_computes(convs, kind, tmp_
     generator, out = ours(save(state, tmp_path / "c.pth", kind))
     assert isinstance(generator, SRVGGNetCompact) and (generator.blocks, generator.channels) == (convs, 8)
     torch.testing.assert_close(out, reference(state), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [lambda seed: basicsr_rrdbnet(4, 1, 8, seed=seed), lambda seed: tiny_span(seed)],
+    ids=["rrdbnet", "span-through-spandrel"],
+)
+def test_a_basicsr_file_with_both_weights_gives_its_ema_weights(weights, tmp_path):
+    """BasicSR's EMA runs save the plain weights and the EMA's, other ones
+    under each key (`params` first here, as a dict's order cannot decide):
+    srgan reads `params_ema`, as spandrel and Real-ESRGAN's inference do,
+    to upscale and to train from."""
+    plain, ema = weights(1), weights(2)
+    path = tmp_path / "net_g_ema.pth"
+    torch.save({"params": plain, "params_ema": ema}, path)
+    out = ours(path)[1].clamp(0, 1)  # as spandrel's descriptor gives it
+    torch.testing.assert_close(out, spandrel_file_output(path), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out, reference(ema, network_only=False), atol=1e-5, rtol=0)
+    assert (out - reference(plain, network_only=False)).abs().max() > 1e-2  # the two keys' weights differ
+    if "conv_first.weight" in ema:  # an architecture srgan trains: model.init_from reads the same weights
+        assert torch.equal(read_generator_file(path).weights["conv_first.weight"], ema["conv_first.weight"])
+
+
+def spandrel_file_output(path, x: torch.Tensor = X) -> torch.Tensor:
+    """spandrel's output from the file itself (its own unwrapping of the file's keys)."""
+    descriptor = spandrel.ModelLoader().load_from_file(str(path))
+    with torch.no_grad():
+        return descriptor(x)
 
 
 def srgan_safetensors(path, generator: torch.nn.Module, model: dict) -> None:

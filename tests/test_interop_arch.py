@@ -9,6 +9,7 @@ Nothing is downloaded."""
 from __future__ import annotations
 
 import pytest
+import spandrel  # a dev dependency: the oracle, so its absence is a failure, not a skip
 import torch
 
 from conftest import skimage_photo, tiny_overrides
@@ -18,8 +19,6 @@ from srgan.models.checkpoint import load_generator
 from srgan.models.compact import SRVGGNetCompact
 from srgan.models.rrdb import RRDBNet
 from srgan.training import train
-
-spandrel = pytest.importorskip("spandrel")
 
 
 def conv(out_channels: int, in_channels: int, rng: torch.Generator, std: float) -> dict[str, torch.Tensor]:

@@ -247,3 +247,81 @@ def test_x3_takes_the_fast_start_options():
     with torch.no_grad():
         assert torch.equal(g(x), BicubicUpsample(3)(x))
         assert torch.allclose(fuse_for_inference(g)(x), g(x), atol=1e-6)
+
+
+# ---- RRDBNet, written out with F.conv2d from the ESRGAN paper's figures 3-4 ----------
+
+
+def planted(module: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """Random weights and biases of every layer (not the near-identity
+    initialisation), in float64, planted into `module`; returned by name."""
+    rng = torch.Generator().manual_seed(seed)
+    state = {k: torch.randn(v.shape, generator=rng, dtype=torch.float64) * 0.1 for k, v in module.state_dict().items()}
+    module.double().load_state_dict(state, strict=True)
+    return state
+
+
+def conv3(w: dict[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.conv2d(x, w[f"{name}.weight"], w[f"{name}.bias"], padding=1)
+
+
+def lrelu(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.leaky_relu(x, 0.2)
+
+
+def dense_block(w: dict[str, torch.Tensor], p: str, x: torch.Tensor) -> torch.Tensor:
+    """Fig. 4's residual dense block: each conv reads the input and every output before it."""
+    x1 = lrelu(conv3(w, f"{p}conv1", x))
+    x2 = lrelu(conv3(w, f"{p}conv2", torch.cat((x, x1), 1)))
+    x3 = lrelu(conv3(w, f"{p}conv3", torch.cat((x, x1, x2), 1)))
+    x4 = lrelu(conv3(w, f"{p}conv4", torch.cat((x, x1, x2, x3), 1)))
+    x5 = conv3(w, f"{p}conv5", torch.cat((x, x1, x2, x3, x4), 1))
+    return x + 0.2 * x5
+
+
+def rrdb_block(w: dict[str, torch.Tensor], p: str, x: torch.Tensor) -> torch.Tensor:
+    """Fig. 4's residual in residual dense block: three dense blocks, a skip, residual scale 0.2."""
+    return x + 0.2 * dense_block(w, f"{p}rdb3.", dense_block(w, f"{p}rdb2.", dense_block(w, f"{p}rdb1.", x)))
+
+
+def rrdbnet(w: dict[str, torch.Tensor], blocks: int, scale: int, x: torch.Tensor) -> torch.Tensor:
+    """Fig. 3's network with Real-ESRGAN's x2/x1 entry: the input's u x u
+    pixel groups as channels (channel c*u*u + i*u + j holds pixel (i, j) of
+    channel c), the trunk, two nearest x2 + conv stages, conv_hr, conv_last."""
+    u = 4 // scale
+    if u > 1:
+        n, c, h, wide = x.shape
+        x = x.reshape(n, c, h // u, u, wide // u, u).permute(0, 1, 3, 5, 2, 4).reshape(n, c * u * u, h // u, wide // u)
+    first = conv3(w, "conv_first", x)
+    trunk = first
+    for b in range(blocks):
+        trunk = rrdb_block(w, f"body.{b}.", trunk)
+    feat = first + conv3(w, "conv_body", trunk)
+    for name in ("conv_up1", "conv_up2"):
+        feat = lrelu(conv3(w, name, feat.repeat_interleave(2, dim=2).repeat_interleave(2, dim=3)))
+    return conv3(w, "conv_last", lrelu(conv3(w, "conv_hr", feat)))
+
+
+def test_the_dense_block_and_the_rrdb_compute_the_papers_formulas():
+    from srgan.models.rrdb import RRDB, ResidualDenseBlock
+
+    x = torch.randn(2, 6, 5, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    rdb = ResidualDenseBlock(6, 3)
+    w = planted(rdb, 1)
+    torch.testing.assert_close(rdb(x), dense_block(w, "", x), rtol=0, atol=1e-12)
+    block = RRDB(6, 3)
+    w = planted(block, 2)
+    torch.testing.assert_close(block(x), rrdb_block(w, "", x), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [4, 2, 1])
+def test_rrdbnet_computes_the_papers_network(scale):
+    from srgan.models.rrdb import RRDBNet
+
+    net = RRDBNet(scale, blocks=2, channels=6, growth=3)
+    w = planted(net, scale)
+    x = torch.rand(1, 3, 8, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(scale))
+    with torch.no_grad():
+        out = net(x)
+    assert out.shape == (1, 3, 8 * scale, 12 * scale) and out.std() > 1e-2
+    torch.testing.assert_close(out, rrdbnet(w, 2, scale, x), rtol=0, atol=1e-10)

@@ -175,9 +175,10 @@ def test_gan_step_equals_the_plain_step(d_kind, kind, update):
 
 
 def test_the_relativistic_g_step_judges_real_images_with_the_updated_d():
-    """Were D(x) for G's term taken from the D step (before optimizer_d.step()),
-    the generator would move otherwise: the plain step and gan_step agree
-    only because both recompute it."""
+    """G's relativistic term compares D(G(z)) with D(x), both under the D
+    just updated: gan_step's adversarial term is that value, and the
+    generator moves by its gradient; D(x) from before optimizer_d.step()
+    would give another value and another step."""
     torch.manual_seed(0)
     g, d = Generator(2, 1, 4, norm="none"), Discriminator(WIDTH)
     loss = LossConfig(perceptual=PerceptualConfig("vgg16", "relu1_2", "none"))
@@ -197,10 +198,22 @@ def test_the_relativistic_g_step_judges_real_images_with_the_updated_d():
     )
     gt = torch.rand(2, 3, CROP, CROP, generator=torch.Generator().manual_seed(3))
     lq = F.interpolate(gt, scale_factor=0.5, mode="bicubic").clamp(0, 1)
-    gan_step(parts, lq, gt)
-    # the adversarial term's value in the step is the one under the updated D
+    stats = gan_step(parts, lq, gt)
     d.requires_grad_(False)
-    fake = g0(lq)
-    stale = OBJECTIVES["relativistic"].g_loss(d0(gt).detach(), d(fake))
-    fresh = OBJECTIVES["relativistic"].g_loss(d(gt).detach(), d(fake))
-    assert not torch.allclose(stale, fresh)
+    d0.requires_grad_(False)
+
+    def g_after(real_logit):
+        """g0 after one SGD step on the relativistic term against `real_logit`: the term and the weights."""
+        fake = g0(lq)
+        term = OBJECTIVES["relativistic"].g_loss(real_logit, d(fake))
+        grads = torch.autograd.grad(term, list(g0.parameters()))
+        return term.detach(), [(p - 0.1 * grad).detach() for p, grad in zip(g0.parameters(), grads, strict=True)]
+
+    fresh, fresh_weights = g_after(d(gt))
+    stale, stale_weights = g_after(d0(gt))
+    assert abs(stale.item() - fresh.item()) > 1e-3  # the two D(x) differ enough to tell apart
+    assert stats["adversarial"].item() == pytest.approx(fresh.item(), rel=1e-5)
+    assert stats["g_loss"].item() == pytest.approx(fresh.item(), rel=1e-5)
+    for p, want in zip(g.parameters(), fresh_weights, strict=True):
+        torch.testing.assert_close(p.detach(), want, rtol=0, atol=1e-6)
+    assert max((a - b).abs().max().item() for a, b in zip(fresh_weights, stale_weights, strict=True)) > 1e-4

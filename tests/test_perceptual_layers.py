@@ -13,6 +13,8 @@ from conftest import assert_refused, set_args, tiny_overrides
 from srgan.configs import config_from_dict, config_to_dict, load_config
 from srgan.configs.schema import PerceptualConfig
 from srgan.losses import VGGFeatures, build_vgg_features, perceptual_loss
+from srgan.models import resolve_runtime
+from srgan.training.loop import build_parts
 
 REAL_ESRGAN = {"conv1_2": 0.1, "conv2_2": 0.1, "conv3_4": 1.0, "conv4_4": 1.0, "conv5_4": 1.0}
 # torchvision's vgg19().features indices of those convs (and of a ReLU and a pool)
@@ -67,10 +69,22 @@ def test_one_vgg_pass_serves_every_layer():
 
 
 def test_the_gradient_reaches_sr_through_every_layer():
-    vgg = VGGFeatures("vgg16", {"conv1_2": 1.0, "conv2_1": 1.0}, None)
-    sr = torch.rand(1, 3, 16, 16, requires_grad=True)
-    perceptual_loss(vgg, sr, torch.rand(1, 3, 16, 16), "l1").backward()
-    assert sr.grad is not None and sr.grad.abs().sum() > 0
+    """The loss's gradient is the sum of each layer's own (each layer's
+    weighted distance on a fresh pass up to it), and every layer's own is a
+    large part of it: a layer whose features were detached would be missing."""
+    layers = {"conv1_2": 0.5, "conv2_2": 1.0, "relu3_1": 2.0}
+    vgg = VGGFeatures("vgg19", layers, None)
+    sr = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(6), requires_grad=True)
+    hr = torch.rand(1, 3, 16, 16, generator=torch.Generator().manual_seed(7))
+    (total,) = torch.autograd.grad(perceptual_loss(vgg, sr, hr, "l1"), sr)
+    alone = {}
+    for name, weight in layers.items():
+        up_to = vgg.features[: TORCHVISION_INDEX[name] + 1]
+        distance = weight * F.l1_loss(up_to((sr - MEAN) / STD), up_to((hr - MEAN) / STD))
+        (alone[name],) = torch.autograd.grad(distance, sr)
+    torch.testing.assert_close(total, sum(alone.values()), rtol=1e-4, atol=1e-9)
+    for name, grad in alone.items():
+        assert grad.norm() > 0.05 * total.norm(), name  # leaving it out would show
 
 
 def test_a_config_gives_layer_or_layers_and_the_resolved_config_says_which(photo_dir, tmp_path, srgan):
@@ -151,3 +165,49 @@ def test_a_weights_file_is_read_up_to_the_deepest_layer(tmp_path, torchvision_vg
     vgg = build_vgg_features(PerceptualConfig("vgg19", None, str(path), {"conv1_2": 1.0, "conv2_2": 1.0}, "l1"))
     assert len(vgg.features) == TORCHVISION_INDEX["conv2_2"] + 1
     assert torch.equal(vgg.features[5].weight, torchvision_vgg19[5].weight)
+
+
+def test_the_criterion_a_config_builds_weighs_each_layers_l1_distance(torchvision_vgg19, tmp_path):
+    """End to end: loss.perceptual.layers, .criterion l1 and .weights (a
+    file of torchvision's VGG19 features, random values) in a config, the criterion
+    srgan trains with built from it; its perceptual term is the layer
+    weights' sum of torchvision's VGG19, run layer by layer, L1 distances."""
+    layers = {"conv1_2": 0.1, "conv2_2": 1.0, "relu3_1": 0.5}
+    path = tmp_path / "vgg19.pth"  # features up to relu3_1's (the file's deeper convs would not be read)
+    torch.save({k: v for k, v in torchvision_vgg19.state_dict().items() if int(k.split(".")[0]) <= 11}, path)
+    config = load_config(
+        "demo",
+        [
+            "loss.perceptual.layer=null",
+            "loss.perceptual.network=vgg19",
+            "loss.perceptual.layers={conv1_2: 0.1, conv2_2: 1, relu3_1: 0.5}",
+            "loss.perceptual.criterion=l1",
+            f"loss.perceptual.weights={path}",
+            "loss.weights.perceptual=0.25",
+            "loss.weights.image=0",
+            "loss.weights.tv=0",
+        ],
+    )
+    criterion = build_parts(config, resolve_runtime("cpu", "fp32")).criterion
+    sr = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    hr = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        total, terms = criterion(sr, hr, None)  # None: no adversarial term (as pretraining)
+
+        def distances(distance):
+            h_sr, h_hr, out = (sr - MEAN) / STD, (hr - MEAN) / STD, {}
+            for index, (layer_sr, layer_hr) in enumerate(zip(torchvision_vgg19, torchvision_vgg19, strict=True)):
+                h_sr, h_hr = layer_sr(h_sr.clone()), layer_hr(h_hr.clone())  # clone: the ReLUs work in place
+                out.update({n: distance(h_sr, h_hr).item() for n in layers if TORCHVISION_INDEX[n] == index})
+                if index == max(TORCHVISION_INDEX[n] for n in layers):
+                    return out
+            raise AssertionError("the layers are all in features")
+
+        l1, mse = distances(F.l1_loss), distances(F.mse_loss)
+    expected = sum(weight * l1[name] for name, weight in layers.items())
+    assert set(terms) == {"perceptual"}
+    assert terms["perceptual"].item() == pytest.approx(expected, rel=1e-5)
+    assert total.item() == pytest.approx(0.25 * expected, rel=1e-5)
+    # what the other criterion, or the layers unweighted, would give: far from it
+    assert abs(sum(weight * mse[name] for name, weight in layers.items()) - expected) > 0.1 * expected
+    assert abs(sum(l1.values()) - expected) > 0.1 * expected

@@ -3,11 +3,13 @@ resume that reproduces an uninterrupted run exactly."""
 
 import csv
 import json
+import logging
+import re
 
 import pytest
 import torch
 
-from conftest import tiny_overrides
+from conftest import interrupt_at, tiny_overrides
 from srgan.configs import SrganError, load_config
 from srgan.models import generator_from_checkpoint, load_checkpoint
 from srgan.training import train
@@ -107,3 +109,42 @@ def test_srgan_plot_redraws_the_curves(photo_dir, val_dir, tmp_path):
     assert result.returncode == 0 and out.stat().st_size > 1000
     (tmp_path / "empty").mkdir()
     assert run_cli("plot", str(tmp_path / "empty")).returncode == 2
+
+
+def epoch_means_of_metrics(run):
+    """Each epoch's mean of each loss over its steps, from metrics.jsonl: a
+    row is the mean over the steps since the previous row, so it weighs as
+    many steps as it covers."""
+    sums, counts, previous = {}, {}, 0
+    for row in rows(run / "metrics.jsonl"):
+        steps, previous = row["step"] - previous, row["step"]
+        for name in ("d_loss", "g_loss", "image", "adversarial"):
+            sums[(row["epoch"], name)] = sums.get((row["epoch"], name), 0.0) + steps * row[name]
+            counts[(row["epoch"], name)] = counts.get((row["epoch"], name), 0) + steps
+    return {key: total / counts[key] for key, total in sums.items()}
+
+
+def assert_epoch_rows_are_their_epochs_means(run, epochs, records):
+    expected = epoch_means_of_metrics(run)
+    table_rows = table(run / "epochs.csv")
+    assert [(int(e["epoch"]), int(e["step"])) for e in table_rows] == epochs
+    summaries = [r.getMessage() for r in records if re.fullmatch(r"\[\d/3\] .*\(\d+\.\d s\)", r.getMessage())]
+    assert len(summaries) == len(epochs), summaries
+    for e, summary in zip(table_rows, summaries, strict=True):
+        for name in ("d_loss", "g_loss", "image", "adversarial"):
+            assert float(e[name]) == pytest.approx(expected[(int(e["epoch"]), name)], rel=1e-5), (e, name)
+        # the epoch's log line shows the same means
+        assert f"[{e['epoch']}/3] d_loss {float(e['d_loss']):.4f}" in summary, (summary, e)
+
+
+def test_each_epochs_csv_row_is_the_mean_of_its_epochs_steps(photo_dir, val_dir, tmp_path, caplog):
+    """Rows every 3 steps, epochs of 2: epoch 1 ends between rows (its last
+    step in no row yet), the run is stopped inside epoch 2 and resumed, and
+    ends inside epoch 3. Each row of epochs.csv, and each epoch's log line,
+    is that epoch's mean over its steps in metrics.jsonl."""
+    overrides = ("data.val=null", "train.max_steps=5", "train.log_every=3")
+    with caplog.at_level(logging.INFO, logger="srgan"):
+        run = interrupt_at(tiny(photo_dir, val_dir, tmp_path / "run", *overrides), 3)
+        train(tiny(photo_dir, val_dir, run, *overrides), resume=run)
+    assert [row["step"] for row in rows(run / "metrics.jsonl")] == [2, 3, 4, 5]
+    assert_epoch_rows_are_their_epochs_means(run, [(1, 2), (2, 4), (3, 5)], caplog.records)

@@ -115,7 +115,9 @@ class MetricLog:
     ) -> dict[str, float | None]:
         """Write epochs.csv's row: the epoch's means of the logged values, plus
         `extra`. An unfinished epoch (the run ends inside it) keeps its sums,
-        which the checkpoint saves: resumed, its row is written again whole."""
+        which the checkpoint saves: resumed, its row is written again whole.
+        The epoch's steps must all be flushed into rows first."""
+        assert not self._pending, "flush before the epoch's row"
         means = {name: total / self._epoch_counts[name] for name, total in self._epoch_sums.items()}
         if finished:
             self._epoch_sums, self._epoch_counts = {}, {}

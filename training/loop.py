@@ -338,6 +338,13 @@ class Trainer:
 
     def log_row(self, bar: tqdm) -> None:
         """metrics.jsonl's row for the steps since the last one (the one host sync)."""
+        row = self.flush_row()
+        assert row is not None  # a step was added since the last row
+        bar.set_description(describe(self.progress.epoch, self.epochs(), row))
+
+    def flush_row(self) -> dict[str, float] | None:
+        """Write metrics.jsonl's row for the steps added since the last one
+        (None when there are none), with the learning rates and the speed."""
         now = time.perf_counter()
         start, steps = self._interval
         row = self.metrics.flush(
@@ -348,15 +355,18 @@ class Trainer:
                 "images_per_s": steps * self.sampler.global_batch / max(now - start, 1e-9),  # all ranks together
             },
         )
-        self._interval = (now, 0)
-        assert row is not None  # a step was added since the last row
-        bar.set_description(describe(self.progress.epoch, self.epochs(), row))
+        if row is not None:
+            self._interval = (now, 0)
+        return row
 
     def end_epoch(self, started: float) -> None:
         """The end of an epoch (or of the run, when max_steps falls inside
         one): its validation, its epochs.csv row, its checkpoints, pictures."""
         t, p = self.config.train, self.progress
         complete = self.epoch_complete()
+        # The epoch's last steps since the last row, into its means before its
+        # row is written (not into the next epoch's, by the checkpoint's flush).
+        self.flush_row()
         if self.val_images is not None and (not t.val_every or self.done()) and p.validated_step != p.step:
             self.checkpoint()  # first: a crash in validation loses nothing
             self.validate()
