@@ -4,6 +4,8 @@ statistics, its determinism (any worker count, resume), `srgan degrade` and
 
 from __future__ import annotations
 
+import copy
+import io
 import json
 import math
 
@@ -16,7 +18,15 @@ from PIL import Image
 
 from conftest import assert_refused, bare_checkpoint, interrupt_at, skimage_photo, tiny_overrides
 from srgan.configs import SrganError, config_from_dict, config_to_dict, load_config
-from srgan.configs.schema import BlurConfig, NoiseConfig, RealEsrganDegradation
+from srgan.configs.schema import (
+    BlurConfig,
+    DegradationStage,
+    FinalStep,
+    KernelMix,
+    NoiseConfig,
+    RealEsrganDegradation,
+    ResizeConfig,
+)
 from srgan.data import EpochSampler, TrainPairs, ValImages, open_images
 from srgan.data import degradations as D
 from srgan.inference.compare import GAP, model_input
@@ -89,19 +99,74 @@ def test_the_realesrgan_presets_spell_out_every_key_and_load_back(name):
         assert config.data.realesrgan == RealEsrganDegradation()  # Real-ESRGAN's values, the schema's defaults
 
 
-def test_realesrgan_demo_degrades_as_photos_are_one_defect_each():
-    """A Gaussian blur at the HR size, the downscale, colour noise at the LR
-    size, one JPEG: Real-ESRGAN's stages with the rest turned off, its blur
-    within Real-ESRGAN's range."""
-    r, real_esrgan = load_config("realesrgan_demo").data.realesrgan, RealEsrganDegradation()
-    assert (r.first.blur_prob, r.second.blur_prob, r.first.blur.sinc_prob, r.final.sinc_prob) == (1, 0, 0, 0)
-    assert r.first.blur.kernels.iso + r.first.blur.kernels.aniso == 1
-    low, high = real_esrgan.first.blur.sigma
-    assert low <= r.first.blur.sigma[0] < r.first.blur.sigma[1] <= high
-    assert (r.first.resize.keep, r.second.resize.keep) == (1, 1)  # HR size, then straight to the LR size
-    assert r.first.noise.gaussian_sigma == [0, 0] and r.first.jpeg_quality[0] >= 95  # nothing else at the HR size
-    assert (r.second.noise.gaussian_prob, r.second.noise.gray_prob) == (1, 0) and r.second.noise.gaussian_sigma[1] > 0
-    assert 30 <= r.second.jpeg_quality[0] < r.second.jpeg_quality[1] <= 95
+def test_realesrgan_demo_degrades_as_photos_are_one_defect_each(one_thread):
+    """The preset's pipeline on real photos: a Gaussian blur at the HR size,
+    the downscale, colour noise at the LR size, one JPEG, each once. The
+    draws of blur_prob, the noise's sigma and the JPEG qualities are made
+    whatever their values, so the preset with those changed degrades a crop
+    with the same draws otherwise: with its blur, noise and JPEG off, its LR
+    is the plain downscale's formula (nothing else happens); each defect
+    turned back on alone shows as the preset says."""
+    demo = load_config("realesrgan_demo").data.realesrgan
+    low, high = RealEsrganDegradation().first.blur.sigma
+    assert low <= demo.first.blur.sigma[0] < demo.first.blur.sigma[1] <= high  # its blur within Real-ESRGAN's range
+    preset = {"blur": True, "noise": demo.second.noise.gaussian_sigma, "jpeg": demo.second.jpeg_quality}
+
+    def degraded(hr, seed, blur=False, noise=(0.0, 0.0), jpeg=(100.0, 100.0), first_jpeg=(100.0, 100.0)):
+        settings = copy.deepcopy(demo)
+        settings.first.blur_prob = settings.first.blur_prob if blur else 0.0
+        settings.second.noise.gaussian_sigma = list(noise)
+        settings.second.jpeg_quality, settings.first.jpeg_quality = list(jpeg), list(first_jpeg)
+        return D.degrade(hr, 4, settings, np.random.default_rng(seed))
+
+    def chain(hr, mode, final_mode, quality):  # no blur, the HR size then the LR size, JPEG 100 then at `quality`
+        return reference_chain(
+            hr, 4, (None, "area", 100), (None, mode, quality), final_mode, None, False, ((64, 64), (16, 16))
+        )
+
+    def high_frequency(image):
+        return float((image[:, 1:] - image[:, :-1]).pow(2).sum() + (image[:, :, 1:] - image[:, :, :-1]).pow(2).sum())
+
+    luma = torch.tensor([0.299, 0.587, 0.114])[:, None, None]  # JPEG's Y: 4:2:0 averages the chroma, not it
+    crops = {"astronaut": (100, 150), "coffee": (50, 200), "chelsea": (60, 150)}
+    noises = []
+    for name, at in crops.items():
+        hr = photo(64, name, at)
+        for seed in range(2):
+            # all three off: the downscale alone, in one of the preset's modes: no other blur, noise, resize or JPEG
+            clean = degraded(hr, seed)
+            modes = [
+                (mode, final)
+                for mode in demo.second.resize.modes
+                for final in demo.final.modes
+                if torch.equal(clean, chain(hr, mode, final, 100))
+            ]
+            assert modes, (name, seed)
+            # the blur: once (the preset's probability 1), and it smooths
+            blurred = degraded(hr, seed, blur=True)
+            assert not torch.equal(blurred, clean) and high_frequency(blurred) < high_frequency(clean), (name, seed)
+            # the noise: at sigma 12, pooled below; the preset's own, there and at most that
+            noise = degraded(hr, seed, noise=(12.0, 12.0)) - clean
+            noises.append(noise.flatten(1))
+            own = degraded(hr, seed, noise=preset["noise"]) - clean
+            assert 0 < float((own * luma).sum(0).std()) < 1.2 * float((noise * luma).sum(0).std()), (name, seed)
+            # one JPEG, at the LR size, at a quality of the preset's range; the HR size's, at 95-100, below a level
+            jpeg = degraded(hr, seed, jpeg=preset["jpeg"])
+            qualities = range(int(preset["jpeg"][0]), int(preset["jpeg"][1]) + 1)
+            assert any(torch.equal(jpeg, chain(hr, *modes[0], quality)) for quality in qualities), (name, seed)
+            first = degraded(hr, seed, first_jpeg=demo.first.jpeg_quality)
+            assert float((first - clean).abs().mean()) * 255 < 1.0, (name, seed)
+            # and all together: each defect shows on the preset's LR
+            everything = degraded(hr, seed, **preset, first_jpeg=demo.first.jpeg_quality)
+            assert not any(torch.equal(everything, other) for other in (clean, blurred, jpeg, first))
+    # the noise's luma has sigma 12 x |luma| at the LR size (at the HR size, the downscale by 4 would leave a
+    # quarter); in colour, one field a channel: JPEG's 4:2:0 averages their differences, leaving a correlation
+    # of 0.7-0.85 between channels (0.99 for gray noise)
+    noise = torch.cat(noises, dim=1)
+    correlation = np.corrcoef(noise.numpy())
+    assert correlation[np.triu_indices(3, 1)].max() < 0.9, correlation
+    sigma = float((noise * luma[:, 0]).sum(0).std()) * 255
+    assert abs(sigma / (12 * float(luma.norm())) - 1) < 0.08, sigma
 
 
 def test_realesrgan_presets_follow_real_esrgans_options():
@@ -125,9 +190,9 @@ def test_a_refusal_on_the_command_line_is_one_line_and_exit_2(srgan):
 # ---------------------------------------------------------------- the pipeline
 
 
-def photo(side: int = 64, seed: int = 0) -> torch.Tensor:
-    """A real photo's crop, 3 x side x side in [0, 1]."""
-    image = skimage_photo("astronaut")[100 : 100 + side, 150 : 150 + side]
+def photo(side: int = 64, name: str = "astronaut", at: tuple[int, int] = (100, 150)) -> torch.Tensor:
+    """A real photo's crop, 3 x side x side in [0, 1], its top left corner at `at`."""
+    image = skimage_photo(name)[at[0] : at[0] + side, at[1] : at[1] + side]
     return torch.from_numpy(np.array(image)).permute(2, 0, 1).float() / 255
 
 
@@ -212,6 +277,303 @@ def test_noise_has_the_configured_strength_and_gray_noise_is_one_field():
 
 def test_fast_lengths_have_small_prime_factors_only():
     assert [D._fast_length(n) for n in (276, 277, 64, 97, 121)] == [288, 288, 64, 100, 125]
+
+
+# ---------------------------------------------------------------- the references
+# Each stage against a formula written here (torch's ops, Pillow, scipy), its
+# draws pinned by its settings: one kernel size and sigma, the size kept,
+# one mode, a quality, probabilities 0 or 1.
+
+
+@pytest.fixture
+def one_thread():
+    """The steps called one by one run on one thread, as degrade() runs them:
+    small ops on two busy threads measured 20x slower here."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def offsets(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """x (the column) and y (the row, downwards) of a size x size kernel's taps, from its centre."""
+    half = size // 2
+    y, x = np.mgrid[-half : half + 1, -half : half + 1].astype(np.float64)
+    return x, y
+
+
+def covariance(sigma_x: float, sigma_y: float, theta: float) -> np.ndarray:
+    """R diag(sigma_x^2, sigma_y^2) R^T, R the rotation by theta (Real-ESRGAN's sigma_matrix2)."""
+    rotation = np.array([[math.cos(theta), -math.sin(theta)], [math.sin(theta), math.cos(theta)]])
+    return rotation @ np.diag([sigma_x**2, sigma_y**2]) @ rotation.T
+
+
+def mahalanobis(size: int, cov: np.ndarray) -> np.ndarray:
+    """p^T cov^-1 p at every tap p = (x, y)."""
+    x, y = offsets(size)
+    p = np.stack([x, y], axis=-1)
+    return np.einsum("...i,ij,...j->...", p, np.linalg.inv(cov), p)
+
+
+def normalized(kernel: np.ndarray) -> np.ndarray:
+    return kernel / kernel.sum()
+
+
+def conv(image: torch.Tensor, kernel: np.ndarray) -> torch.Tensor:
+    """Each channel convolved with `kernel` (symmetric: correlation is convolution), borders reflected."""
+    pad = kernel.shape[0] // 2
+    padded = F.pad(image[None], (pad,) * 4, mode="reflect")[0, :, None]
+    return F.conv2d(padded, torch.from_numpy(kernel).float()[None, None])[:, 0]
+
+
+def interpolate(image: torch.Tensor, size, mode: str) -> torch.Tensor:
+    corners = {} if mode == "area" else {"align_corners": False}
+    return F.interpolate(image[None], size=tuple(size), mode=mode, **corners)[0]
+
+
+def pillow_jpeg(image: torch.Tensor, quality: int) -> torch.Tensor:
+    """Encoded at `quality` and decoded by Pillow, from the 8-bit image."""
+    buffer = io.BytesIO()
+    pixels = (image * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
+    with Image.open(buffer) as decoded:
+        return torch.from_numpy(np.array(decoded.convert("RGB"))).permute(2, 0, 1).float() / 255
+
+
+def iso_gaussian(size: int, sigma: float) -> np.ndarray:
+    x, y = offsets(size)
+    return normalized(np.exp(-(x**2 + y**2) / (2 * sigma**2)))
+
+
+def circular_low_pass(size: int, cutoff: float) -> np.ndarray:
+    """The ideal low-pass of `cutoff` radians in 2D: cutoff J1(cutoff r) / (2 pi r), its limit
+    cutoff^2 / (4 pi) at r = 0 (J1(t) / t -> 1/2), cut to size and normalized."""
+    from scipy.special import j1
+
+    x, y = offsets(size)
+    r = np.hypot(x, y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kernel = np.where(r > 0, cutoff * j1(cutoff * r) / (2 * math.pi * r), cutoff**2 / (4 * math.pi))
+    return normalized(kernel)
+
+
+@pytest.mark.parametrize("sigma_x, sigma_y, theta", [(2.0, 4.0, 0.5), (1.0, 3.0, -2.0), (3.5, 1.2, 2.9), (1.5, 1.5, 0)])
+def test_a_rotated_anisotropic_gaussians_second_moments_are_its_covariance(sigma_x, sigma_y, theta):
+    kernel = D.gaussian_kernel(41, sigma_x, sigma_y, theta)  # 5 sigmas a side: the tails are below 1e-5
+    x, y = offsets(41)
+    assert abs((kernel * x).sum()) < 1e-12 and abs((kernel * y).sum()) < 1e-12
+    moments = np.array(
+        [[(kernel * x * x).sum(), (kernel * x * y).sum()], [(kernel * y * x).sum(), (kernel * y * y).sum()]]
+    )
+    np.testing.assert_allclose(moments, covariance(sigma_x, sigma_y, theta), atol=1e-4)
+    # and tap for tap, the density of that covariance
+    np.testing.assert_allclose(
+        kernel, normalized(np.exp(-mahalanobis(41, covariance(sigma_x, sigma_y, theta)) / 2)), rtol=1e-9
+    )
+
+
+def test_generalized_and_plateau_kernels_are_their_closed_forms():
+    """exp(-q^beta / 2) and 1 / (1 + q^beta), q = p^T S^-1 p (Real-ESRGAN's
+    bivariate_generalized_Gaussian and bivariate_plateau); an isotropic
+    generalized Gaussian's variance a side, sigma^2 2^(1/beta) G(2/beta) / (2 G(1/beta))."""
+    from scipy.special import gamma
+
+    q = mahalanobis(15, covariance(1.5, 2.5, 0.8))
+    for beta in (0.6, 1.7, 3.0):
+        np.testing.assert_allclose(
+            D.generalized_gaussian_kernel(15, 1.5, 2.5, 0.8, beta), normalized(np.exp(-(q**beta) / 2)), rtol=1e-9
+        )
+        np.testing.assert_allclose(D.plateau_kernel(15, 1.5, 2.5, 0.8, beta), normalized(1 / (1 + q**beta)), rtol=1e-9)
+    np.testing.assert_allclose(
+        D.generalized_gaussian_kernel(15, 1.5, 2.5, 0.8, 1.0), D.gaussian_kernel(15, 1.5, 2.5, 0.8)
+    )
+    x, _ = offsets(41)
+    for beta in (0.75, 2.0):  # a cusp (beta < 1) and a flat top; sigma 2.5: discretisation below 1e-3
+        variance = (D.generalized_gaussian_kernel(41, 2.5, 2.5, 0.0, beta) * x**2).sum()
+        expected = 2.5**2 * 2 ** (1 / beta) * gamma(2 / beta) / (2 * gamma(1 / beta))
+        assert abs(variance / expected - 1) < 2e-3, (beta, variance, expected)
+
+
+@pytest.mark.parametrize("size, cutoff", [(7, math.pi / 3), (13, math.pi / 2), (21, math.pi / 5), (9, math.pi)])
+def test_the_sinc_kernel_is_the_circular_low_pass_of_bessels_j1(size, cutoff):
+    # torch's bessel_j1 (the pipeline's) is within 5e-7 of scipy's on [0, 40]; the taps are about 1e-2
+    np.testing.assert_allclose(D.sinc_kernel(size, cutoff), circular_low_pass(size, cutoff), rtol=0, atol=1e-6)
+
+
+def fixed_stage(
+    blur_sigma=None, size=9, mode="area", quality=100, up=1.0, noise_sigma=0.0, gray=0.0
+) -> DegradationStage:
+    """A stage with nothing left to draw but its noise field and its factor up:
+    an isotropic Gaussian of `size` and `blur_sigma` (None: no blur), a resize
+    up by a factor in [1, up] (1: the size kept), one mode, Gaussian noise of
+    noise_sigma (0: its clip alone), one JPEG quality."""
+    return DegradationStage(
+        blur_prob=0.0 if blur_sigma is None else 1.0,
+        blur=BlurConfig(
+            kernel_sizes=[size], kernels=KernelMix(1, 0, 0, 0, 0, 0), sigma=[blur_sigma or 1.0] * 2, sinc_prob=0
+        ),
+        resize=ResizeConfig(up=float(up > 1), down=0, keep=float(up == 1), range=[0.5, up], modes=[mode]),
+        noise=NoiseConfig(gaussian_prob=1, gaussian_sigma=[noise_sigma] * 2, gray_prob=gray),
+        jpeg_quality=[quality] * 2,
+    )
+
+
+@pytest.mark.parametrize("way, bounds", [("up", (1.0, 1.5)), ("down", (0.5, 1.0)), ("keep", (1.0, 1.0))])
+def test_a_stage_blurs_then_resizes_by_one_factor_of_the_size_it_is_given(way, bounds, one_thread):
+    """Blur, then a resize to int(size_of_one x f) a side, one f in the way's
+    range for both sides, whatever the input's own size."""
+    image = photo(48)[:, :, :40]
+    size_of_one = (20, 16)
+    stage = fixed_stage(blur_sigma=1.2, size=7, mode="bilinear")
+    stage.resize = ResizeConfig(
+        **{w: float(w == way) for w in ("up", "down", "keep")}, range=[0.5, 1.5], modes=["bilinear"]
+    )
+    sizes = set()
+    for seed in range(10):
+        out = D.degradation_stage(image, stage, np.random.default_rng(seed), size_of_one)
+        h, w = out.shape[-2:]
+        # the factors f giving h = int(20 f) and w = int(16 f) meet the way's range
+        low, high = max(bounds[0], h / 20, w / 16), min(bounds[1], (h + 1) / 20, (w + 1) / 16)
+        assert low <= high, (way, h, w)
+        assert (out - interpolate(conv(image, iso_gaussian(7, 1.2)), (h, w), "bilinear").clamp(0, 1)).abs().max() < 1e-5
+        sizes.add((h, w))
+    assert len(sizes) >= 4 if way != "keep" else sizes == {size_of_one}
+    stage.blur_prob = 0.0
+    out = D.degradation_stage(image, stage, np.random.default_rng(0), size_of_one)
+    assert (out - interpolate(image, out.shape[-2:], "bilinear").clamp(0, 1)).abs().max() < 1e-6
+
+
+def reference_chain(hr, scale, first, second, final_mode, sinc, sinc_first, sizes) -> torch.Tensor:
+    """Real-ESRGAN's feed_data with every draw fixed: first and second are
+    (kernel or None, mode, JPEG quality), `sizes` the two stages' sizes,
+    their noise of sigma 0 a clip to [0, 1]."""
+    (kernel1, mode1, quality1), (kernel2, mode2, quality2) = first, second
+    lr_size = (hr.shape[1] // scale, hr.shape[2] // scale)
+    out = hr if kernel1 is None else conv(hr, kernel1)
+    out = pillow_jpeg(interpolate(out, sizes[0], mode1).clamp(0, 1), quality1)
+    out = out if kernel2 is None else conv(out, kernel2)
+    out = interpolate(out, sizes[1], mode2).clamp(0, 1)
+
+    def resize_and_sinc(image):
+        image = interpolate(image, lr_size, final_mode)
+        return image if sinc is None else conv(image, sinc)
+
+    out = pillow_jpeg(resize_and_sinc(out), quality2) if sinc_first else resize_and_sinc(pillow_jpeg(out, quality2))
+    return (out * 255).round().clamp(0, 255) / 255
+
+
+@pytest.mark.parametrize(
+    "first, second, final, sinc, sinc_first, scale",
+    [
+        # the first stage's blur, at the HR size
+        ((1.5, 9, "area", 100), (None, 7, "area", 100), "area", None, False, 4),
+        # the JPEG of each stage: the first's at the HR size, the second's (the final's) at the LR size
+        ((None, 9, "bicubic", 30), (None, 7, "area", 60), "area", None, False, 2),
+        # the second stage: its blur at the LR size, its own resize mode, then the final's
+        ((None, 9, "bicubic", 100), (1.0, 7, "bilinear", 80), "bicubic", None, False, 4),
+        # the final sinc, after the JPEG and before it
+        ((None, 9, "area", 100), (None, 7, "area", 50), "bilinear", 0.5, False, 4),
+        ((None, 9, "area", 90), (None, 9, "bicubic", 50), "area", 0.4, True, 4),
+        # a factor up at the first stage, of the HR size; at the second, of the LR size; the final resize back
+        ((None, 9, "bilinear", 70, 1.12), (None, 7, "area", 100), "area", None, False, 4),
+        ((1.2, 7, "area", 100), (0.8, 7, "bicubic", 60, 1.3), "bilinear", None, True, 4),
+    ],
+    ids=["blur", "jpeg", "second-stage", "sinc-after-jpeg", "sinc-before-jpeg", "first-resize", "second-resize"],
+)
+def test_each_stage_alone_is_its_formula(first, second, final, sinc, sinc_first, scale, one_thread):
+    """The pipeline's LR against the chain of formulas, with its draws pinned
+    by the settings. Where a stage resizes by a drawn factor, the LR must be
+    the chain at one of the sizes that factor's range gives (int(side x f), f
+    in [1, up]), and the draws must reach sizes other than 1's. On one thread,
+    as the pipeline: torch's bilinear upscale differs in its last bit on two,
+    which a JPEG can turn into levels."""
+    hr = photo(64)
+    side, lr_side = 64, 64 // scale
+    (sigma1, size1, mode1, q1, *up1), (sigma2, size2, mode2, q2, *up2) = first, second
+    up1, up2 = (up1 or [1.0])[0], (up2 or [1.0])[0]
+    settings = RealEsrganDegradation(
+        first=fixed_stage(sigma1, size1, mode1, q1, up1),
+        second=fixed_stage(sigma2, size2, mode2, q2, up2),
+        final=FinalStep(
+            sinc_prob=float(sinc is not None),
+            sinc_cutoff=[sinc or 1.0] * 2,
+            sinc_first_prob=float(sinc_first),
+            modes=[final],
+        ),
+    )
+    sizes1 = range(side, int(side * up1) + 1)  # the sides int(side x f) a factor in [1, up] gives
+    sizes2 = range(lr_side, int(lr_side * up2) + 1)
+    met = set()
+    for seed in range(4 if up1 > 1 or up2 > 1 else 2):
+        lr = D.degrade(hr, scale, settings, np.random.default_rng(seed))
+        assert lr.shape == (3, lr_side, lr_side)
+        matches = set()
+        for n1 in sizes1:
+            for n2 in sizes2:
+                expected = reference_chain(
+                    hr,
+                    scale,
+                    (None if sigma1 is None else iso_gaussian(size1, sigma1), mode1, q1),
+                    (None if sigma2 is None else iso_gaussian(size2, sigma2), mode2, q2),
+                    final,
+                    None
+                    if sinc is None
+                    else circular_low_pass(size2, sinc * math.pi),  # its size: the second's kernel sizes
+                    sinc_first,
+                    ((n1, n1), (n2, n2)),
+                )
+                # the FFT blur is the convolution within 1e-5, which may move a JPEG input across an 8-bit rounding
+                if (lr - expected).abs().max() <= 1.01 / 255 and (lr - expected).abs().mean() < 0.02 / 255:
+                    matches.add((n1, n2))
+        assert matches, (seed, first, second)
+        met |= matches
+    assert any(n1 > side for n1, _ in met) == (up1 > 1) and any(n2 > lr_side for _, n2 in met) == (up2 > 1), met
+
+
+def test_each_stages_noise_has_its_sigma_at_the_size_it_is_applied():
+    """Gaussian noise of sigma s at the HR size (the first stage), seen on the
+    LR after the area downscales by `scale` (the mean of scale^2 independent
+    values): s / scale; at the LR size (the second stage's): s. Gray noise on
+    a gray card: no chroma for JPEG 100's 4:2:0 to average."""
+    card = torch.full((3, 128, 128), 128 / 255)
+    for stage, expected in (("first", 20 / 4), ("second", 20.0)):
+        settings = RealEsrganDegradation(
+            first=fixed_stage(noise_sigma=20.0 if stage == "first" else 0.0, gray=1.0),
+            second=fixed_stage(noise_sigma=20.0 if stage == "second" else 0.0, gray=1.0),
+            final=FinalStep(sinc_prob=0, modes=["area"]),
+        )
+        noise = torch.stack(
+            [D.degrade(card, 4, settings, np.random.default_rng(seed)) - card[:, :32, :32] for seed in range(4)]
+        )
+        assert noise.shape == (4, 3, 32, 32)
+        assert abs(float(noise.std()) * 255 / expected - 1) < 0.05, (stage, float(noise.std()) * 255)
+        assert abs(float(noise.mean())) * 255 < 0.05 * expected
+
+
+def test_poisson_noise_variance_is_scale_squared_times_intensity_over_the_levels(one_thread):
+    """Real-ESRGAN's shot noise (BasicSR's generate_poisson_noise): counts ~
+    Poisson(I L), L the image's distinct 8-bit values rounded up to a power
+    of 2, noise (counts / L - I) x poisson_scale: mean 0, variance
+    scale^2 I / L, a standard deviation proportional to the scale."""
+    ramp = (torch.arange(256.0) / 255)[None, :, None].expand(3, 256, 32).contiguous()  # every level: L = 256
+    rows = slice(26, 154)  # I in [0.1, 0.6]: no clipping
+    three = torch.tensor([51.0, 102.0, 153.0]).div(255).repeat_interleave(40)[None, :, None].expand(3, 120, 32)
+    for image, levels, region, scales in (
+        (ramp, 256, rows, (0.25, 1.0, 1.5)),
+        (three.contiguous(), 4, slice(None), (0.1, 0.2)),
+    ):
+        for scale in scales:
+            noise = NoiseConfig(gaussian_prob=0.0, poisson_scale=[scale, scale], gray_prob=0.0)
+            shot = (D.add_noise(image, noise, np.random.default_rng(1)) - image)[:, region]
+            intensity = image[:, region]
+            variance = float(shot.pow(2).sum() / intensity.sum())  # E[noise^2] / E[I]
+            assert abs(variance / (scale**2 / levels) - 1) < 0.05, (levels, scale, variance * levels / scale**2)
+            assert abs(float(shot.mean())) < 0.05 * scale * math.sqrt(float(intensity.mean()) / levels)
+    # gray: one field from the luma (here the ramp itself), the same on the three channels
+    gray = NoiseConfig(gaussian_prob=0.0, poisson_scale=[1.0, 1.0], gray_prob=1.0)
+    shot = (D.add_noise(ramp, gray, np.random.default_rng(1)) - ramp)[:, rows]
+    assert torch.equal(shot[0], shot[1]) and torch.equal(shot[1], shot[2])
+    assert abs(float(shot[0].pow(2).sum() / ramp[0, rows].sum()) * 256 - 1) < 0.08
 
 
 # ---------------------------------------------------------------- determinism
