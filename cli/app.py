@@ -4,8 +4,10 @@ here user errors become exit status 2 with a one-line message."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
 import warnings
 
@@ -14,6 +16,7 @@ from PIL import Image
 
 from srgan.cli import bench, degrade, evaluate, export, plot, prepare, runs, train, upscale
 from srgan.configs import SrganError
+from srgan.files.inputs import command_inputs
 
 app = typer.Typer(
     add_completion=False,
@@ -68,6 +71,35 @@ def _print_error(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where it comes as Ctrl-C's KeyboardInterrupt is, so that
+    the same clean-up runs (a temporary file being written is removed, video
+    threads stop) and no `except Exception` takes it for a failure. Not a
+    KeyboardInterrupt: typer turns that into a silent exit 130. Training
+    records the signal instead (training/signals.py) and saves first."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """While active, SIGTERM (kill, systemd, Slurm) ends the command as Ctrl-C
+    does instead of killing it where it stands, which left the temporary file
+    of an output being written behind. A second SIGTERM kills at once."""
+
+    def handle(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated
+
+    try:
+        previous, taken = signal.signal(signal.SIGTERM, handle), True
+    except ValueError:  # main() called from another thread: signals are the main thread's
+        previous, taken = None, False
+    try:
+        yield
+    finally:
+        if taken:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def main(args: list[str] | None = None) -> None:
     """Run a command; every mistake a user can make ends in one line on
     stderr and exit status 2 (1 for a batch in which some items failed)."""
@@ -77,7 +109,8 @@ def main(args: list[str] | None = None) -> None:
     warnings.simplefilter("ignore", Image.DecompressionBombWarning)
     command = typer.main.get_command(app)
     try:
-        code = command.main(args=sys.argv[1:] if args is None else args, prog_name="srgan", standalone_mode=False)
+        with command_inputs(), sigterm_as_interrupt():
+            code = command.main(args=sys.argv[1:] if args is None else args, prog_name="srgan", standalone_mode=False)
     except typer.TyperException as error:  # usage errors: a missing argument, an option of the wrong type
         context = getattr(error, "ctx", None)
         hint = f" (see: {context.command_path} --help)" if context is not None else ""
@@ -89,9 +122,12 @@ def main(args: list[str] | None = None) -> None:
     except SrganError as error:
         _print_error(f"srgan: error: {error}")
         sys.exit(2)
+    except Terminated:
+        print("srgan: terminated", file=sys.stderr)
+        sys.exit(128 + signal.SIGTERM)
     except KeyboardInterrupt:
         print("srgan: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(128 + signal.SIGINT)
     except BrokenPipeError:  # `srgan config show | head`: the reader has gone
         sys.stderr.close()
         sys.exit(1)

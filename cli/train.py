@@ -48,6 +48,10 @@ def train(
             f"train.run_dir: {run_dir} holds a sweep (sweep.yaml); a run needs a folder of its own: "
             f"choose another train.run_dir, or continue the sweep with srgan train --resume {run_dir}"
         )
+    if run_dir is not None:  # the run writes its resolved config there: never over the --config it reads
+        from srgan.files import check_output
+
+        check_output(run_dir / "config.yaml", overwrite=True)  # before the work (RunFolder.open checks it again)
     from srgan.training import TrainingInterrupted
     from srgan.training import train as run_training
 

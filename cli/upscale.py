@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -111,12 +109,7 @@ def upscale(
     )
     runtime = runtime_from_options(device, precision)
     generator, model = generator_from_option(checkpoint, runtime)
-    try:
-        with _sigterm_as_interrupt():
-            report = upscale_files(generator, runtime, inputs, output, options, model)
-    except _Terminated:
-        typer.echo("srgan: terminated", err=True)
-        raise typer.Exit(128 + signal.SIGTERM) from None
+    report = upscale_files(generator, runtime, inputs, output, options, model)  # SIGTERM: see cli/app.py
     for written in report.written:
         typer.echo(written)
     if report.failed:
@@ -126,28 +119,6 @@ def upscale(
         for _, why in report.failed:
             typer.echo(f"  {why}", err=True)
         raise typer.Exit(1)
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that the same
-    clean-up runs: the video threads stop, the temporary files are removed."""
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """While active, SIGTERM (kill, systemd, Slurm) ends the command as Ctrl-C
-    does instead of killing it where it stands, which left the outputs'
-    temporary files behind. A second SIGTERM kills at once."""
-
-    def handle(signum, frame):
-        signal.signal(signal.SIGTERM, previous)
-        raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, handle)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _tile_option(value: str) -> int | None:

@@ -11,11 +11,14 @@ import numpy as np
 from srgan.configs import Config, SrganError
 from srgan.data.datasets import FolderImages, PreparedImages, TrainPairs, open_images
 from srgan.data.images import IMAGE_EXTENSIONS, image_size
+from srgan.files.reading import not_found
 from srgan.inference.compare import GAP, side_by_side
 
 
 def source_images(source: Path, crop_size: int) -> FolderImages | PreparedImages:
     """SOURCE: an image file, a folder of them, or a prepared dataset."""
+    if source.exists() and not (source.is_file() or source.is_dir()):  # a FIFO, a device: never opened
+        raise not_found(source, "file or folder")
     if source.is_file():
         if source.suffix.lower() not in IMAGE_EXTENSIONS:
             raise SrganError(f"{source}: not an image (expected an image file or a folder of images)")

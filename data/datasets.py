@@ -27,6 +27,7 @@ from srgan.data.degradations import degrade, named_generator
 from srgan.data.images import find_images, image_size, load_rgb8, try_load_rgb8
 from srgan.data.prepared import PreparedImages, is_prepared
 from srgan.data.samples import BUILTIN_SAMPLES, TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
+from srgan.files.reading import kind_of
 
 log = logging.getLogger("srgan")
 T = TypeVar("T")
@@ -40,6 +41,12 @@ def open_images(spec: str, key: str, min_side: int, cache_mb: int = 0) -> Folder
     return FolderImages(resolve_images(spec, key, min_side), cache_mb, key, spec)
 
 
+def named(key: str, spec: str) -> str:
+    """How a message names a data value: "data.train: photos/", or the path
+    alone where it is its own key (degrade's SOURCE)."""
+    return spec if key == spec else f"{key}: {spec}"
+
+
 def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
     """The usable image files of a `data.train`/`data.val` value: a folder, or
     builtin:samples. Files that are not images or are smaller than
@@ -49,9 +56,10 @@ def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
     else:
         folder = Path(spec).expanduser()
         if not folder.is_dir():
+            kind = kind_of(folder)
             raise SrganError(
-                f"{key}: {spec}: no such folder (expected a folder of images, a dataset made by "
-                f"`srgan prepare`, or {BUILTIN_SAMPLES})"
+                f"{named(key, spec)}: {'no such folder' if kind is None else f'not a folder ({kind})'} "
+                f"(expected a folder of images, a dataset made by `srgan prepare`, or {BUILTIN_SAMPLES})"
             )
         candidates = find_images(folder)
     usable = []
@@ -66,7 +74,9 @@ def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
             continue
         usable.append(path)
     if not usable:
-        raise SrganError(f"{key}: {spec}: no usable image (png, jpg, jpeg, bmp, webp, tif) of at least {min_side} px")
+        raise SrganError(
+            f"{named(key, spec)}: no usable image (png, jpg, jpeg, bmp, webp, tif) of at least {min_side} px"
+        )
     return usable
 
 

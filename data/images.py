@@ -9,6 +9,8 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.files.inputs import note_listed
+from srgan.files.reading import reading_regular
 
 log = logging.getLogger("srgan")
 
@@ -29,7 +31,9 @@ def check_pixels(path: Path, width: int, height: int) -> None:
 
 
 def find_images(folder: Path) -> list[Path]:
-    """Every file below `folder` with an image extension, in a stable order."""
+    """Every file below `folder` with an image extension, in a stable order
+    (each an input of the command: srgan.files.inputs)."""
+    note_listed(folder, IMAGE_EXTENSIONS, "an image")
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file())
 
 
@@ -38,6 +42,7 @@ def image_size(path: Path) -> tuple[int, int]:
     non-image. Reads no pixels: a PNG's EXIF is taken only when it comes
     before the image data (Pillow's getexif would decode the whole PNG to look
     for one after it, 0.1-0.2 s for a 2K photo)."""
+    reading_regular(path, "an image")
     with Image.open(path) as im:
         width, height = im.size
         check_pixels(path, width, height)
@@ -51,6 +56,7 @@ def image_size(path: Path) -> tuple[int, int]:
 def load_rgb8(path: Path) -> np.ndarray:
     """Decode to an HxWx3 uint8 array, upright per EXIF, whatever the mode:
     grayscale, palette, RGBA (alpha dropped), CMYK, 16-bit."""
+    reading_regular(path, "an image")
     with Image.open(path) as im:
         check_pixels(path, *im.size)
         im = ImageOps.exif_transpose(im)

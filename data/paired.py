@@ -36,6 +36,7 @@ from srgan.data.datasets import (
 )
 from srgan.data.images import find_images, image_size
 from srgan.data.prepared import PreparedImages, is_prepared
+from srgan.files.reading import kind_of
 
 log = logging.getLogger("srgan")
 
@@ -54,7 +55,15 @@ def folder_pairs(
     side: one warning with their count and first names. Two files of one side
     for the same stem (a.png and a.jpg): that stem is skipped with a warning."""
     if not lr_root.is_dir():
-        raise SrganError(f"{lr_key}: {lr_root}: no such folder (expected a folder of LR images)")
+        kind = kind_of(lr_root)
+        there = "no such folder" if kind is None else f"not a folder ({kind})"
+        raise SrganError(f"{lr_key}: {lr_root}: {there} (expected a folder of LR images)")
+    if hr_root.resolve().is_relative_to(lr_root.resolve()):  # every HR image would be taken for an LR one
+        same = "the same folder as" if hr_root.resolve() == lr_root.resolve() else "a folder holding"
+        raise SrganError(
+            f"{lr_key}: {lr_root} is {same} the HR images ({hr_key} {hr_root}); expected a folder of LR images "
+            "of its own"
+        )
     inside = lr_root.resolve()  # an LR folder kept inside the HR folder: its images are not HR images
     hr_paths = [path for path in hr_paths if not path.resolve().is_relative_to(inside)]
     sides = {}

@@ -42,7 +42,7 @@ from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import MAX_IMAGE_PIXELS, find_images, try_load_rgb8
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS, dead_writers_temporaries, temporary_name
-from srgan.files.reading import parse_json, read_regular_text
+from srgan.files.reading import not_found, parse_json, read_regular_text
 
 log = logging.getLogger("srgan")
 
@@ -249,6 +249,9 @@ def prepare_dataset(
         raise SrganError(f"-o {out}: exists (use --force to replace it)")
     if out.exists() and not is_prepared(out):
         raise SrganError(f"-o {out}: exists and is not a prepared dataset; refusing to replace it")
+    for source in [*sources, *([lr_folder] if lr_folder is not None else [])]:  # --force removes the old one whole
+        if out.exists() and Path(source).expanduser().resolve().is_relative_to(out.resolve()):
+            raise SrganError(f"-o {out}: holds {source}, which this command reads; refusing to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(out)
     tmp = temporary_name(out)
@@ -316,7 +319,7 @@ def _source_images(sources: list[Path]) -> list[Path]:
         elif source.is_file():
             paths.append(source)
         else:
-            raise SrganError(f"{source}: no such file or folder")
+            raise not_found(source, "file or folder")
     return paths
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.files.inputs import check_not_read, written
 from srgan.files.processes import process_alive
 
 log = logging.getLogger("srgan")
@@ -39,13 +40,16 @@ class DiskFull(SrganError):
 
 
 def check_output(path: Path, overwrite: bool = False, inputs: Iterable[Path] = (), folder: Path | None = None) -> Path:
-    """Refuse a target that is an input, that exists (unless `overwrite`),
-    that is a folder, or whose resolved path is not in `folder` (default: the
-    folder its name says). Returns the resolved path. Checked again at the
-    rename, but checking before any work means no work is wasted."""
+    """Refuse a target that is an input (one of `inputs`, or any file the
+    command reads: srgan.files.inputs), that exists (unless `overwrite`),
+    that is a folder, whose name is too long for the file system, or whose
+    resolved path is not in `folder` (default: the folder its name says).
+    Returns the resolved path. Checked again at the rename, but checking
+    before any work means no work is wasted."""
     path = Path(path)
     if path.name in ("", ".", "..") or "\x00" in str(path):
         raise SrganError(f"{path}: not a file name")
+    _check_name_length(path)
     asked = (path.parent if folder is None else Path(folder)).resolve()
     final = path.parent.resolve() / path.name
     if final.parent != asked:
@@ -53,6 +57,7 @@ def check_output(path: Path, overwrite: bool = False, inputs: Iterable[Path] = (
     for source in inputs:
         if _same_file(final, Path(source)):
             raise SrganError(f"{path}: is an input; refusing to write over it")
+    check_not_read(final, path)  # every file this command reads: its checkpoint, config, each input image
     if final.is_dir():
         raise SrganError(f"{path}: is a folder, not a file name")
     if not overwrite and (final.exists() or final.is_symlink()):
@@ -96,6 +101,7 @@ def write_file(
             raise _write_error(cause, path, final, existed) from None
         raise
     _sync_folder(final.parent)
+    written(final)
 
 
 @contextlib.contextmanager
@@ -129,6 +135,7 @@ def temporary_path(
     finally:
         tmp.unlink(missing_ok=True)
     _sync_folder(final.parent)
+    written(final)
 
 
 def write_bytes(path: Path, data: bytes, **checks) -> None:
@@ -235,6 +242,35 @@ def _link_no_clobber(tmp: Path, final: Path) -> None:
         if final.exists():
             raise OSError(errno.EEXIST, "exists", str(final)) from None
         os.replace(tmp, final)
+
+
+# What temporary_name adds to a name at most: "." before, ".<pid, 7 digits>.<8 hex>.tmp" after.
+TEMPORARY_EXTRA = 1 + 1 + 7 + 1 + 8 + 4
+
+
+def _check_name_length(path: Path) -> None:
+    """Refuse a name the file system would refuse (255 bytes on most), with
+    room for the temporary beside it, before anything stats it (a stat's
+    ENAMETOOLONG would be a traceback)."""
+    absolute = os.fsencode(os.path.abspath(path))
+    if len(absolute) >= 4096:  # Linux's PATH_MAX
+        raise SrganError(f"{str(path)[:60]}...: a path of {len(absolute):,} bytes; paths hold at most 4,095")
+    for part in Path(os.path.abspath(path.parent)).parts:
+        if len(os.fsencode(part)) > 255:
+            raise SrganError(f"{path}: the folder name {part[:40]}... is {len(os.fsencode(part))} bytes; at most 255")
+    folder = Path(os.path.abspath(path.parent))
+    while not folder.exists() and folder != folder.parent:  # folders still to make lie on their parent's file system
+        folder = folder.parent
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    size = len(os.fsencode(path.name))
+    if size + TEMPORARY_EXTRA > limit:
+        raise SrganError(
+            f"{path.parent / path.name[:40]}...: a file name of {size} bytes; file names here hold at most "
+            f"{limit - TEMPORARY_EXTRA} (the file system's {limit}, less what srgan's temporary name beside it adds)"
+        )
 
 
 def _same_file(a: Path, b: Path) -> bool:

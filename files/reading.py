@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from srgan.configs.errors import SrganError, first_line
+from srgan.files.inputs import note_read
 
 _KINDS = (
     (stat.S_ISDIR, "a folder"),
@@ -31,12 +32,50 @@ def check_regular(path: Path, mode: int) -> None:
         raise SrganError(f"{path}: not a regular file ({kind})")
 
 
+def reading_regular(path: Path, what: str) -> None:
+    """Before a decoder opens `path` by name (Pillow, PyAV): note it as read
+    (srgan.files.inputs) and refuse what is not a regular file, which would
+    block (a FIFO) or never end (a device). One that does not exist is left
+    to the decoder's own error."""
+    note_read(path, what)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    check_regular(path, mode)
+
+
+def kind_of(path: Path) -> str | None:
+    """What is at `path` (a link judged by what it points to): "a FIFO",
+    "a folder", "a regular file"...; None where nothing is."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return (
+        "a regular file"
+        if stat.S_ISREG(mode)
+        else next((name for test, name in _KINDS if test(mode)), "an unusual file")
+    )
+
+
+def not_found(path: Path, expected: str) -> SrganError:
+    """The refusal of a path that is not the regular file or folder a command
+    expected (`expected`: "file or folder"): what it is where something is
+    (a FIFO, a device, or a link to one), else that there is no such thing."""
+    kind = kind_of(path)
+    if kind is None:
+        return SrganError(f"{path}: no such {expected}")
+    return SrganError(f"{path}: not a regular file ({kind})")
+
+
 def read_regular_bytes(path: Path, max_bytes: int, what: str = "file") -> bytes:
     """The bytes of a regular file of at most `max_bytes`. Checked before it
     is opened (a device is never opened) and again on the opened file, which
     is opened without blocking (a FIFO would wait for a writer); at most
     `max_bytes` + 1 bytes are read whatever the file claims or becomes."""
     path = Path(path)
+    note_read(path, f"the {what}")
     try:
         check_regular(path, os.stat(path).st_mode)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -87,6 +126,7 @@ def read_torch_file(path: Path, what: str = "checkpoint", expected: str = "") ->
     the file's own bytes whatever its header claims."""
     import torch
 
+    note_read(path, f"the {what}")
     try:
         try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -142,6 +182,7 @@ def read_safetensors_file(path: Path, what: str = "weights file") -> tuple[dict[
     refused in one line before the safetensors package reads the tensors;
     the format holds no code to run."""
     path = Path(path)
+    note_read(path, f"the {what}")
     try:
         check_regular(path, os.stat(path).st_mode)
         size = os.stat(path).st_size

@@ -18,6 +18,7 @@ from srgan.data.degradations import named_generator
 from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.data.paired import fit_hr_to_lr
 from srgan.files import check_output
+from srgan.files.reading import not_found
 from srgan.inference.imageio import write_png
 from srgan.inference.metrics import ImageScores
 from srgan.inference.upscale import upscale_rgb8
@@ -149,7 +150,7 @@ def lr_partner(image_path: Path, lr: Path) -> Path:
     if lr.is_file():
         return lr
     if not lr.is_dir():
-        raise SrganError(f"--lr {lr}: no such file or folder")
+        raise SrganError(f"--lr {not_found(lr, 'file or folder')}")
     found = [p for p in lr.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS and p.stem == image_path.stem]
     if len(found) != 1:
         raise SrganError(f"--lr {lr}: expected one image named {image_path.stem}.* in it, found {len(found)}")

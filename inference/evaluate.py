@@ -18,6 +18,8 @@ from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import find_images, load_rgb8
 from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.data.paired import folder_pairs
+from srgan.files.inputs import note_read
+from srgan.files.reading import not_found
 from srgan.inference.compare import bicubic_upscale, model_input, scored_hr
 from srgan.inference.metrics import CONVENTION, LOWER_IS_BETTER, ImageScores
 from srgan.inference.upscale import inference_network, upscale_pixels
@@ -76,9 +78,10 @@ def evaluate_folders(
                     f"{folder}: not an image (expected a folder of images or an image file: "
                     f"{', '.join(e.lstrip('.') for e in IMAGE_EXTENSIONS)})"
                 )
+            note_read(folder, "an image")
             found = [folder]
         else:
-            raise SrganError(f"{folder}: no such file or folder")
+            raise not_found(folder, "file or folder")
         paths += [(index, path) for path in found if lr_folder is None or path in partners]
     if model:
         log.info("model: %s", model)

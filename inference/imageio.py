@@ -15,6 +15,7 @@ from PIL import Image, ImageOps
 from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import check_pixels
 from srgan.files import write_file
+from srgan.files.reading import reading_regular
 
 log = logging.getLogger("srgan")
 
@@ -58,6 +59,7 @@ def read_picture(path: Path) -> Picture:
     """Decode any mode Pillow opens: palette becomes RGB (RGBA with its
     transparency), CMYK and the like RGB; 16-bit PNGs (any colour type) and
     I;16 TIFFs stay 16-bit; EXIF orientation applied."""
+    reading_regular(path, "an image")
     try:
         header = _png_header(path)
         if header[0] == 16:

@@ -18,6 +18,8 @@ from tqdm import tqdm
 from srgan.configs.errors import SrganError
 from srgan.data.images import IMAGE_EXTENSIONS, find_images
 from srgan.files import check_output
+from srgan.files.inputs import note_read
+from srgan.files.reading import not_found
 from srgan.inference.fused import fuse_for_inference
 from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
 from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
@@ -211,9 +213,10 @@ def collect_inputs(inputs: list[Path]) -> list[Path]:
                 )
             files.extend(found)
         elif item.is_file():
+            note_read(item, "a video" if is_video(item) else "an image")
             files.append(item)
         else:
-            raise SrganError(f"{item}: no such file or folder")
+            raise not_found(item, "file or folder")
     return files
 
 

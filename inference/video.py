@@ -33,6 +33,7 @@ from tqdm import tqdm
 from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import check_pixels
 from srgan.files.atomic import temporary_path
+from srgan.files.inputs import note_listed
 from srgan.inference.imageio import resize
 from srgan.inference.tiles import (
     activation_budget,
@@ -74,7 +75,9 @@ def is_video(path: Path) -> bool:
 
 
 def find_videos(folder: Path) -> list[Path]:
-    """Every file below `folder` with a video extension, in a stable order."""
+    """Every file below `folder` with a video extension, in a stable order
+    (each an input of the command: srgan.files.inputs)."""
+    note_listed(folder, VIDEO_EXTENSIONS, "a video")
     return sorted(p for p in folder.rglob("*") if is_video(p) and p.is_file())
 
 

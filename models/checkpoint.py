@@ -26,6 +26,7 @@ from srgan.configs import Config, SrganError, config_from_dict, first_line
 from srgan.configs.loader import MAX_GENERATOR_PARAMETERS
 from srgan.configs.schema import ARCH_KEYS, METRIC_NAMES, ModelConfig
 from srgan.files import looks_like_safetensors, parse_json, read_safetensors_file, read_torch_file, write_file
+from srgan.files.reading import not_found
 from srgan.models.build import SRGenerator, build_generator
 from srgan.models.community import (
     NotAnSrganGenerator,
@@ -57,7 +58,7 @@ def resolve_checkpoint_path(path: str | Path) -> Path:
                 return candidate
         raise SrganError(f"{path}: a folder with no checkpoints/last.pt (expected a run folder or a .pt file)")
     if not path.is_file():
-        raise SrganError(f"{path}: no such checkpoint file or run folder")
+        raise not_found(path, "checkpoint file or run folder")  # or what it is: a FIFO, a device
     return path
 
 

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from srgan.configs import Config, SrganError, config_to_yaml
-from srgan.files import RunLock, write_text
+from srgan.files import RunLock, check_output, write_text
+from srgan.files.inputs import own
 from srgan.files.reading import check_regular
 
 log = logging.getLogger("srgan")
@@ -53,6 +54,10 @@ class RunFolder:
         run, and for a resumed one that stopped before its first checkpoint)."""
         if self.path.exists() and not self.path.is_dir():
             raise SrganError(f"train.run_dir: {self.path} is a file, not a folder")
+        if resuming:  # its checkpoint, config and logs: read to continue, replaced as it goes
+            own(self.path)
+        else:  # a config.yaml there is replaced by the run's: never the --config it reads
+            check_output(self.path / "config.yaml", overwrite=True)
         self.lock.acquire()
         try:
             if not resuming and self.has_checkpoint():
