@@ -1,6 +1,6 @@
 """How far tiled upscaling is from the whole-image forward, against the
-context a tile reads (--tile-pad): the figures behind each generator's
-default pad (docs/tiling.md).
+context a tile reads (--tile-pad), with the pad `--tile-pad auto` measures
+for the same weights: the figures behind docs/tiling.md.
 
     python -m srgan.bench.tiling --set model.arch=rrdb --set model.blocks=23
     python -m srgan.bench.tiling -k runs/my-rrdb-run --pads 8,16,32
@@ -122,8 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     except (SrganError, ValueError) as error:
         print(f"srgan.bench.tiling: {error}", file=sys.stderr)
         return 2
+    from srgan.inference.tile_pad import measure_tile_pad
+    from srgan.models import Runtime
+
     started = time.perf_counter()
-    rows = seam_table(generator, photo_lr(args.size, generator.scale), args.cell, pads)
+    # what `--tile-pad auto` chooses for these weights (the probe, not cached here), measured on the photo too
+    measured = measure_tile_pad(generator.eval(), Runtime(torch.device("cpu"), "fp32", channels_last=False))
+    probe_seconds = time.perf_counter() - started
+    rows = seam_table(generator, photo_lr(args.size, generator.scale), args.cell, sorted({*pads, measured.pad}))
     result = {
         "bench": "tiling",
         "arch": generator.arch,
@@ -133,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         "growth": getattr(generator, "growth", None),
         "weights": source,
         "receptive_radius": generator.receptive_radius,
-        "default_tile_pad": generator.default_tile_pad,
+        "measured_tile_pad": measured.pad,
+        "probe_seam_8bit": measured.seam,
+        "probe_seconds": round(probe_seconds, 1),
         "size": args.size,
         "cell": args.cell,
         "rows": rows,
@@ -146,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(
         f"{result['arch']} x{result['scale']}, {result['blocks']} blocks x {result['channels']} channels, "
-        f"{source}; receptive radius {result['receptive_radius']}, default --tile-pad {result['default_tile_pad']}"
+        f"{source}; receptive radius {result['receptive_radius']}, --tile-pad auto {measured.pad} "
+        f"(probe: {result['probe_seam_8bit']} levels, {result['probe_seconds']} s)"
     )
     print(f"a {args.cell} px cell in the middle of a {args.size} px photo, fp32 CPU")
     print(f"{'pad':>5}  {'max |tiled - whole| (8-bit levels)':>36}  {'8-bit pixels changed':>20}")

@@ -17,7 +17,8 @@ from PIL import Image
 
 from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
 from srgan.configs import SrganError, first_line
-from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
+from srgan.inference.tile_pad import tile_pad
+from srgan.inference.tiles import auto_tile, available_ram, needs_tiles, upscale_tiled
 from srgan.inference.upscale import check_upscale_memory, inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
 
@@ -71,9 +72,10 @@ def bench_upscale(
     network = inference_network(generator, runtime)
     image = test_photo(width, height)
     out_mp = width * height * generator.scale**2 / 1e6
-    pad = generator.default_tile_pad
+    # measured (or cached) before the timing, as `srgan upscale` decides it once per command
+    pad = tile_pad(network, runtime).pad if needs_tiles(network, runtime, height, width, None) else 0
     tile = auto_tile(generator, runtime, height, width, pad)
-    ours = timed(lambda: upscale_pixels(network, image, runtime), iters, warmup, runtime.device)
+    ours = timed(lambda: upscale_pixels(network, image, runtime, pad=pad), iters, warmup, runtime.device)
     result = {
         "bench": "upscale",
         "width": width,
@@ -89,7 +91,7 @@ def bench_upscale(
         **machine(),
     }
     if onnx is not None:
-        upscaled = upscale_pixels(network, image, runtime)
+        upscaled = upscale_pixels(network, image, runtime, pad=pad)
         result.update(bench_onnxruntime(session, onnx, image, upscaled, statistics.median(ours), iters, warmup))
     if not baseline:
         return result

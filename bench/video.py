@@ -19,6 +19,7 @@ import numpy as np
 from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
 from srgan.bench.upscale import test_photo
 from srgan.inference import video
+from srgan.inference.tile_pad import tile_pad
 from srgan.inference.upscale import UpscaleOptions, inference_network
 from srgan.inference.video import frames_per_forward, require_av, upscale_batch, upscale_video
 from srgan.models import Runtime, SRGenerator
@@ -96,7 +97,7 @@ def bench_video(
     time the pipeline with the network and the encoder running at once on
     the CPU, rather than in turn (inference/video.py's _Job)."""
     network = inference_network(generator.eval(), runtime)
-    pad = network.default_tile_pad
+    pad = tile_pad(network, runtime).pad  # measured (or cached) before the timing
     per_forward, tile = frames_per_forward(network, runtime, height, width, None, pad, batch)
     times: dict[str, list[float]] = {"pipeline": [], "network": [], "decode": [], "encode": []}
     if compare_overlap:
@@ -106,7 +107,7 @@ def bench_video(
             Path(folder) / "clip.mp4",
             panning_frames(test_photo(width + 2 * frames, height + frames), width, height, frames),
         )
-        options = UpscaleOptions(batch=batch, force=True)
+        options = UpscaleOptions(batch=batch, force=True, tile_pad=pad)
         for i in range(warmup + iters):
             started = time.perf_counter()
             lr = decode_frames(clip)

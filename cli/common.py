@@ -12,6 +12,11 @@ SET_HELP = (
     "a mapping given to a section is merged into it key by key)."
 )
 DEVICE_HELP = "auto (CUDA when available), cpu, cuda or cuda:K."
+CHECKPOINT_HELP = (
+    "An srgan checkpoint file or run folder, or a community generator file (.pth, .pt or .safetensors): "
+    "BasicSR/Real-ESRGAN RRDBNet or SRVGGNetCompact, ESRGAN's 2018 RRDB layout, leftthomas/SRGAN's netG, "
+    "or any other architecture spandrel recognises (SwinIR, HAT, DAT, SPAN, ...; docs/models.md)."
+)
 PRECISION_HELP = "auto (bf16 where the device runs it fast, else fp32), fp32, bf16 or fp16 (CUDA only)."
 
 

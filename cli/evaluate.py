@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from srgan.cli.common import DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
+from srgan.cli.common import CHECKPOINT_HELP, DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
 
 METRICS_HELP = (
     "Comma-separated: psnr, ssim (Y channel), lpips (AlexNet), lpips_vgg, dists (RGB, lower is better; "
@@ -41,7 +41,7 @@ def degrade_option(config: str | None, lr: Path | None):
 
 
 def compare(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint file or a run folder.")],
+    checkpoint: Annotated[Path, typer.Argument(help=CHECKPOINT_HELP)],
     image: Annotated[Path, typer.Argument(help="A high-resolution photo; its LR version is made by bicubic.")],
     output: Annotated[
         Path,
@@ -99,7 +99,7 @@ def evaluate(
     folders: Annotated[
         list[Path], typer.Argument(help="Folders of high-resolution images (e.g. Set5, Set14), or image files.")
     ],
-    checkpoint: Annotated[Path, typer.Option("--checkpoint", "-k", help="A checkpoint file or a run folder.")],
+    checkpoint: Annotated[Path, typer.Option("--checkpoint", "-k", help=CHECKPOINT_HELP)],
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the scores to this JSON file.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")] = False,
     lr: Annotated[

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from srgan.cli.common import DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
+from srgan.cli.common import CHECKPOINT_HELP, DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
 from srgan.configs import SrganError
 
 
@@ -19,7 +19,7 @@ def upscale(
         typer.Option(
             "--checkpoint",
             "-k",
-            help="A checkpoint file, a run folder, or a leftthomas/SRGAN netG_epoch_*.pth.",
+            help=CHECKPOINT_HELP,
         ),
     ],
     output: Annotated[
@@ -55,13 +55,14 @@ def upscale(
         ),
     ] = "auto",
     tile_pad: Annotated[
-        int | None,
+        str,
         typer.Option(
             "--tile-pad",
-            help="Context pixels each tile reads. Default: the generator's receptive radius (no seams); "
-            "rrdb: the measured pad that keeps seams below one 8-bit level (docs/tiling.md).",
+            help="Context pixels each tile reads on every side. auto: measured on the network's weights once "
+            "(cached), the smallest pad whose seams stay at 1/4 of an 8-bit level on a test image, at most the "
+            "receptive radius or 128 (docs/tiling.md); the first line says which.",
         ),
-    ] = None,
+    ] = "auto",
     alpha: Annotated[str, typer.Option("--alpha", help="How alpha is upscaled: bicubic or network.")] = "bicubic",
     batch: Annotated[
         int,
@@ -133,10 +134,16 @@ def _tile_option(value: str) -> int | None:
     return tile
 
 
-def _tile_pad_option(value: int | None) -> int | None:
-    if value is not None and value < 0:
-        raise SrganError(f"--tile-pad: expected a number of pixels >= 0, got {value}")
-    return value
+def _tile_pad_option(value: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        pad = int(value)
+    except ValueError:
+        pad = -1
+    if pad < 0:
+        raise SrganError(f"--tile-pad: expected auto or a number of pixels >= 0, got {value!r}")
+    return pad
 
 
 def _ext_option(value: str) -> str:

@@ -4,12 +4,11 @@ Each tile reads its own cells plus `pad` LR pixels of context on every side
 (clipped at the image border, where the whole-image forward sees the convs'
 zero padding too) and keeps only the output of its own cells. With `pad` at
 least the generator's receptive radius every kept output pixel saw exactly
-the input the whole-image forward would have shown it: no seams (the default
-for srresnet and compact; rrdb's radius is hundreds of pixels, and its
-default is the measured pad that keeps seams below one 8-bit level:
-docs/tiling.md). Peak memory
-is set by the tile; the output is a preallocated integer array that each
-tile is converted into as it is pasted.
+the input the whole-image forward would have shown it: no seams. Below it,
+how large the seams are depends on the weights: the pad is measured on the
+network (inference/tile_pad.py, docs/tiling.md). Peak memory is set by the
+tile; the output is a preallocated integer array that each tile is
+converted into as it is pasted.
 """
 
 from __future__ import annotations
@@ -103,14 +102,27 @@ def available_ram() -> int | None:
     return None
 
 
+def fits_whole(generator: SRGenerator, runtime: Runtime, height: int, width: int) -> bool:
+    """Whether the whole image's forward pass fits the memory budget."""
+    per_pixel = activation_bytes_per_pixel(generator, runtime.precision)
+    return height * width * per_pixel <= activation_budget(runtime.device)
+
+
 def auto_tile(generator: SRGenerator, runtime: Runtime, height: int, width: int, pad: int) -> int:
     """The largest tile whose forward pass (with its context) fits the memory
     budget; 0 (no tiling) when the whole image fits."""
-    per_pixel = activation_bytes_per_pixel(generator, runtime.precision)
-    budget = activation_budget(runtime.device)
-    if height * width * per_pixel <= budget:
+    if fits_whole(generator, runtime, height, width):
         return 0
-    return max(MIN_TILE, math.isqrt(budget // per_pixel) - 2 * pad)
+    per_pixel = activation_bytes_per_pixel(generator, runtime.precision)
+    return max(MIN_TILE, math.isqrt(activation_budget(runtime.device) // per_pixel) - 2 * pad)
+
+
+def needs_tiles(generator: SRGenerator, runtime: Runtime, height: int, width: int, tile: int | None) -> bool:
+    """Whether an image of this size runs in more than one tile (`tile` None:
+    sized to the memory budget), so that the tiles' context matters."""
+    if tile is None:
+        return not fits_whole(generator, runtime, height, width)
+    return 0 < tile < max(height, width)
 
 
 def to_output_pixels(sr: torch.Tensor, dtype: DTypeLike, gray: bool) -> np.ndarray:
@@ -134,21 +146,23 @@ def upscale_tiled(
     runtime: Runtime,
     out: np.ndarray,
     tile: int,
-    pad: int,
+    pad: int | None,
     progress: str | None = None,
 ) -> None:
     """Upscale `image` (3xHxW, values in [0, 1], on the CPU) into `out`
     ((sH)x(sW)x3, or (sH)x(sW) for grayscale; uint8, uint16 or float32).
 
     A CUDA out-of-memory error halves the tile and starts the image again,
-    saying so; `progress` names a bar over the tiles when there are several."""
+    saying so; `progress` names a bar over the tiles when there are several.
+    `pad` None: the image was meant to run whole, and the pad is measured
+    (inference/tile_pad.py) only if memory makes it run in tiles."""
     height, width = image.shape[1:]
     scale = generator.scale
     if out.shape[:2] != (height * scale, width * scale):
         raise ValueError(f"out is {out.shape[:2]}, expected {(height * scale, width * scale)}")
     while True:
         try:
-            grid = tile_grid(height, width, tile, pad, generator.tile_align)
+            grid = tile_grid(height, width, tile, pad or 0, generator.tile_align)
             _paste_tiles(generator, image, runtime, out, grid, progress)
             return
         except torch.cuda.OutOfMemoryError:
@@ -158,6 +172,10 @@ def upscale_tiled(
         # Outside the except block, so that the failed attempt's tensors are released first.
         torch.cuda.empty_cache()
         tile = max(MIN_TILE, current // 2)
+        if pad is None:
+            from srgan.inference.tile_pad import tile_pad  # here: the probe upscales with this module's tiler
+
+            pad = tile_pad(generator, runtime).pad
         log.warning("CUDA out of memory with %d px tiles: retrying with --tile %d", current, tile)
 
 

@@ -22,7 +22,8 @@ from srgan.files.inputs import note_read
 from srgan.files.reading import not_found
 from srgan.inference.fused import fuse_for_inference
 from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
-from srgan.inference.tiles import auto_tile, available_ram, upscale_tiled
+from srgan.inference.tile_pad import tile_pad
+from srgan.inference.tiles import auto_tile, available_ram, needs_tiles, upscale_tiled
 from srgan.inference.video import (
     VIDEO_CONTAINERS,
     VIDEO_EXTENSIONS,
@@ -41,7 +42,7 @@ log = logging.getLogger("srgan")
 @dataclass(frozen=True)
 class UpscaleOptions:
     tile: int | None = None  # LR pixels a side; 0: the whole image at once; None: sized from free memory
-    tile_pad: int | None = None  # LR pixels of context a tile reads; None: the receptive radius (seamless)
+    tile_pad: int | None = None  # LR pixels of context a tile reads; None: measured (inference/tile_pad.py)
     ext: str = "png"  # png, jpg or webp when -o is not a file name
     quality: int = 95  # jpg and webp
     suffix: str | None = None  # after the stem; None: _x<scale>
@@ -73,25 +74,23 @@ def upscale_files(
     clashes) raise SrganError before any work; an image or video that cannot
     be read or written is logged, skipped and listed in the report. `model`
     (what the checkpoint was recognised as) is the first line said once the
-    command's checks pass."""
+    command's checks pass, with the tiles' context: given, measured on the
+    network or cached (inference/tile_pad.py)."""
     files = collect_inputs(inputs)
     if any(is_video(source) for source in files):
         require_av()  # before any work: a missing extra is a mistake in the command, not in one file
     plan = plan_outputs(files, output, generator.scale, options)
+    network = inference_network(generator, runtime)
+    if options.tile == 0:
+        tiles = "no tiles (--tile 0)"  # the pad is measured only if CUDA's memory makes an image run in tiles
+    else:
+        chosen = tile_pad(network, runtime, options.tile_pad)
+        options, tiles = dataclasses.replace(options, tile_pad=chosen.pad), chosen.describe()
     if model:
-        log.info("model: %s", model)
-    pad = generator.default_tile_pad if options.tile_pad is None else options.tile_pad
-    if pad < generator.default_tile_pad and options.tile != 0:
-        log.warning(
-            "--tile-pad %d is below the %s generator's default %d (docs/tiling.md): tile seams may show",
-            pad,
-            generator.arch,
-            generator.default_tile_pad,
-        )
+        log.info("model: %s; %s", model, tiles)
     log.info(
         "upscaling %s x%s, %s", count_label(files), scale_label(generator.scale, options.outscale), runtime.describe()
     )
-    network = inference_network(generator, runtime)
     report = UpscaleReport(inputs=len(plan))
     for source, target in tqdm(plan, unit="image", desc="upscale", dynamic_ncols=True):
         try:
@@ -174,7 +173,7 @@ def upscale_pixels(
 ) -> np.ndarray:
     """HxWx3 (or HxW grayscale, run as RGB) uint8 or uint16 -> the same kind,
     `scale` times larger. `tile` None: sized from free memory; `pad` None:
-    the generator's default (srresnet, compact: the receptive radius)."""
+    measured on the network when the image runs in tiles (tile_pad)."""
     height, width = pixels.shape[:2]
     values = pixels.astype(np.float32)
     values /= np.iinfo(pixels.dtype).max
@@ -182,8 +181,12 @@ def upscale_pixels(
         image = torch.from_numpy(values).expand(3, height, width)
     else:
         image = torch.from_numpy(values).permute(2, 0, 1)
-    pad = generator.default_tile_pad if pad is None else pad
-    tile = auto_tile(generator, runtime, height, width, pad) if tile is None else tile
+    if pad is None and needs_tiles(generator, runtime, height, width, tile):
+        chosen = tile_pad(generator, runtime)
+        if chosen.how == "measured":
+            log.info("%s", chosen.describe())
+        pad = chosen.pad
+    tile = auto_tile(generator, runtime, height, width, pad or 0) if tile is None else tile
     scale = generator.scale
     out = np.empty((height * scale, width * scale) + pixels.shape[2:], dtype=pixels.dtype)
     upscale_tiled(generator, image, runtime, out, tile, pad, progress)

@@ -35,6 +35,7 @@ from srgan.data.images import check_pixels
 from srgan.files.atomic import temporary_path
 from srgan.files.inputs import note_listed
 from srgan.inference.imageio import resize
+from srgan.inference.tile_pad import tile_pad
 from srgan.inference.tiles import (
     activation_budget,
     activation_bytes_per_pixel,
@@ -110,7 +111,7 @@ def output_size(width: int, height: int, scale: int, outscale: float | None) -> 
 
 
 def frames_per_forward(
-    network: SRGenerator, runtime: Runtime, height: int, width: int, tile: int | None, pad: int, batch: int
+    network: SRGenerator, runtime: Runtime, height: int, width: int, tile: int | None, pad: int | None, batch: int
 ) -> tuple[int, int]:
     """(frames per forward pass, tile side): whole frames, as many of the
     `batch` asked as the memory budget holds; or, when one frame alone is
@@ -120,14 +121,16 @@ def frames_per_forward(
         fits = activation_budget(runtime.device) // per_frame
         if fits >= 1:
             return min(batch, fits), 0
-        return 1, auto_tile(network, runtime, height, width, pad)
+        return 1, auto_tile(network, runtime, height, width, pad or 0)
     if tile == 0 or tile >= max(height, width):
         return batch, 0
     return 1, tile
 
 
 @torch.inference_mode()
-def upscale_batch(network: SRGenerator, frames: list[np.ndarray], runtime: Runtime, tile: int, pad: int) -> np.ndarray:
+def upscale_batch(
+    network: SRGenerator, frames: list[np.ndarray], runtime: Runtime, tile: int, pad: int | None
+) -> np.ndarray:
     """N HxWx3 uint8 frames of one size -> Nx(sH)x(sW)x3 uint8: one forward
     pass for all of them when `tile` is 0, else each frame tile by tile."""
     images = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float().div_(255)
@@ -153,7 +156,9 @@ def upscale_video(
     inference_network's. Returns the paths written; raises SrganError for a
     clip that cannot be decoded or written, leaving no file behind."""
     av = require_av()
-    pad = network.default_tile_pad if options.tile_pad is None else options.tile_pad
+    pad = options.tile_pad  # upscale_files decides it (inference/tile_pad.py)
+    if pad is None:
+        pad = None if options.tile == 0 else tile_pad(network, runtime).pad  # None: measured if memory cuts frames
     targets = video_outputs(target, options.compare)
     with contextlib.ExitStack() as stack:
         temps = [stack.enter_context(temporary_path(t, options.force, inputs=(source,))) for t in targets]
@@ -426,7 +431,7 @@ def _rate(video) -> Fraction:
 
 
 def _upscale_frames(
-    network: SRGenerator, runtime: Runtime, batch: int, tile: int, pad: int, job: _Job, bar: tqdm
+    network: SRGenerator, runtime: Runtime, batch: int, tile: int, pad: int | None, job: _Job, bar: tqdm
 ) -> None:
     """The network's thread: frames in batches of `batch`; sound packets
     passed straight on to the encoder."""

@@ -62,12 +62,6 @@ class SRVGGNetCompact(nn.Module):
         (convs + 2 of them), all on the input's grid."""
         return self.blocks + 2
 
-    @property
-    def default_tile_pad(self) -> int:
-        """The exact context: the receptive radius is small enough (34 px for
-        the preset's 32 convs) that seamless tiles cost little."""
-        return self.receptive_radius
-
 
 def initialise(layers: list[nn.Module]) -> None:
     """Start the plain stack as a shallow network: the middle convs begin as

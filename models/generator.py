@@ -149,12 +149,6 @@ class Generator(nn.Module):
             worst = max(worst, BicubicUpsample.REACH)
         return worst
 
-    @property
-    def default_tile_pad(self) -> int:
-        """The context a tile reads unless --tile-pad says otherwise: the
-        receptive radius (40 px for 16 blocks), so tiles are exact."""
-        return self.receptive_radius
-
 
 class BicubicUpsample(nn.Module):
     """Bicubic upscaling by an integer factor with the kernel of PIL's

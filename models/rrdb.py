@@ -27,11 +27,6 @@ if TYPE_CHECKING:
 
 SCALES = (1, 2, 4)
 RESIDUAL_SCALE = 0.2  # ESRGAN's residual scaling (section 3.2)
-# The context a tile reads by default, in body pixels (input pixels at x4;
-# twice and four times as many input pixels at x2 and x1): every network
-# measured in docs/tiling.md stays below one 8-bit level from 4; 32 leaves
-# room for the wider context a fully trained network uses.
-TILE_PAD = 32
 
 
 class ResidualDenseBlock(nn.Module):
@@ -137,7 +132,8 @@ class RRDBNet(nn.Module):
         output pixel (the worst over the positions in an unshuffle group):
         15 3x3 convs a block and 2 more on the body's grid, 1 on the grid of
         conv_up1, 3 on the output grid. Hundreds of pixels for the presets:
-        exact tiles would cost whole images; see `default_tile_pad`."""
+        exact tiles would cost whole images: the pad tiles read is measured on
+        the weights instead (inference/tile_pad.py)."""
         body_reach = 2 + 15 * self.blocks  # conv_first, 3 x 5 convs a block, conv_body
         u, worst = self.unshuffle, 0
         for offset in range(u):  # the input pixel's place in its group (body cell 0)
@@ -146,11 +142,3 @@ class RRDBNet(nn.Module):
             lo, hi = lo // 2 - body_reach, hi // 2 + body_reach  # back through nearest x2, the body
             worst = max(worst, offset - lo * u, hi * u + u - 1 - offset)  # body cells -> input pixels
         return worst
-
-    @property
-    def default_tile_pad(self) -> int:
-        """The context a tile reads unless --tile-pad says otherwise, in
-        input pixels: measured (docs/tiling.md), not the receptive radius,
-        which would make every tile nearly the whole image. The same context
-        on the body's grid at every scale: 32 at x4, 64 at x2, 128 at x1."""
-        return TILE_PAD * self.unshuffle

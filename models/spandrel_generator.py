@@ -20,17 +20,12 @@ from torch.overrides import TorchFunctionMode
 
 from srgan.configs.errors import SrganError, first_line
 
-# The context a tile reads unless --tile-pad says otherwise, in input pixels.
-# These networks' reach is not computed here (attention over shifted windows
-# grows with depth): Real-ESRGAN's inference pads tiles by 10, chaiNNer
-# overlaps them by 16 at least; 32 is that with room to spare. Not measured.
-TILE_PAD = 32
-
 
 class SpandrelGenerator(nn.Module):
     """A spandrel ImageModelDescriptor with what srgan's inference reads from
     a generator: scale, arch, channels (for the memory estimate), tile_align,
-    default_tile_pad, receptive_radius."""
+    receptive_radius (None: not computed; attention over shifted windows
+    grows with depth, so the pad tiles read is measured, inference/tile_pad.py)."""
 
     def __init__(self, descriptor: Any):
         super().__init__()
@@ -42,8 +37,7 @@ class SpandrelGenerator(nn.Module):
         # The widest layer, for the tiles' activation estimate (inference/tiles.py).
         self.channels = max((p.shape[0] for p in self.network.parameters() if p.ndim >= 2), default=64)
         self.tile_align = descriptor.size_requirements.multiple_of
-        align = self.tile_align
-        self.default_tile_pad = self.receptive_radius = -(-TILE_PAD // align) * align
+        self.receptive_radius: int | None = None
         self.low_precision = {torch.bfloat16: descriptor.supports_bfloat16, torch.float16: descriptor.supports_half}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,16 @@ def skimage_photo(name: str) -> np.ndarray:
     return getattr(skimage.data, name)()
 
 
+@pytest.fixture(autouse=True)
+def tile_pad_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Each test its own $XDG_CACHE_HOME, where `srgan upscale` caches the
+    tile pads it measures (inference/tile_pad.py): never the user's cache,
+    and no test sees another's measurements."""
+    folder = tmp_path_factory.mktemp("xdg_cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
+    return folder / "srgan" / "tile_pads.json"
+
+
 @pytest.fixture(scope="session")
 def photo_dir(tmp_path_factory) -> Path:
     """A folder of real photos, cut small: 3 training images in two formats

@@ -170,7 +170,6 @@ def test_rrdb_tiles_start_on_unshuffle_groups_and_match_the_whole_image():
     pad = g.receptive_radius
     grid = tile_grid(height, width, 50, pad, g.tile_align)
     assert len(grid) == 25
-    assert [RRDBNet(s, 1, 4, 2).default_tile_pad for s in (4, 2, 1)] == [32, 64, 128]  # 32 on the body's grid
     assert all(t.top % 4 == t.left % 4 == t.context_top % 4 == t.context_left % 4 == 0 for t in grid)
     cpu = Runtime(torch.device("cpu"), "fp32")
     whole, tiled, misaligned = (np.empty((height, width, 3), np.float32) for _ in range(3))
@@ -318,8 +317,8 @@ def test_upscale_by_tiles_evaluate_and_compare(arch_run, srgan, val_dir, tmp_pat
     assert srgan("upscale", photo, "-k", whole, "-o", full, "--tile", "0", *cpu).returncode == 0
     a, b = np.asarray(Image.open(tiled)).astype(int), np.asarray(Image.open(full)).astype(int)
     assert a.shape == (180, 244, 3)
-    if arch == "compact":  # its default pad is the receptive radius: the tiles are exact
-        assert np.abs(a - b).max() <= 1
+    # every arch: the pad measured on the run's weights (rrdb's far below its radius) leaves no visible seam
+    assert np.abs(a - b).max() <= 1
     result = srgan("evaluate", val_dir, "-k", whole, "--json", tmp_path / "scores.json", *cpu)
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "scores.json").read_text())["images"][0]["sr"]["psnr"] > 0

@@ -118,11 +118,7 @@ class OutOfMemoryAbove(torch.nn.Module):
         super().__init__()
         self.generator, self.pixels, self.inputs = generator, pixels, []
         self.scale, self.receptive_radius = generator.scale, generator.receptive_radius
-        self.arch, self.default_tile_pad, self.tile_align = (
-            generator.arch,
-            generator.default_tile_pad,
-            generator.tile_align,
-        )
+        self.arch, self.tile_align = generator.arch, generator.tile_align
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.inputs.append(tuple(x.shape[-2:]))
@@ -133,19 +129,24 @@ class OutOfMemoryAbove(torch.nn.Module):
 
 def test_out_of_memory_halves_the_tile_and_the_output_is_exact(caplog):
     """80x96 LR, room for 2000 input pixels a forward: the whole image (7680)
-    and 48 px tiles (50x58 with their context) fail, 24 px tiles (at most
-    40x44) fit. The result is the 24 px tiles' own, bit for bit, and the
+    and 48 px tiles (40x48 cells and their measured pad) fail, 24 px tiles
+    fit. The result is the 24 px tiles' own, bit for bit, and the
     whole image's to within a level."""
     import logging
 
+    from srgan.inference.tile_pad import tile_pad
     from srgan.inference.upscale import inference_network, upscale_pixels
 
     network = inference_network(random_generator(4, 1, 8), CPU32)
     image = photo("astronaut", 100, 150, 80, 96)
     small = OutOfMemoryAbove(network, 2000)
+    pad = tile_pad(small, CPU32)  # measured now, so the forwards below are the upscale's; then cached
+    assert pad.how == "measured" and tile_pad(small, CPU32).how == "cached"
+    small.inputs.clear()
     with caplog.at_level(logging.WARNING, logger="srgan"):
-        out = upscale_pixels(small, image, CPU32, tile=0)
-    assert small.inputs[:2] == [(80, 96), (50, 58)] and len(small.inputs) == 2 + 16
+        out = upscale_pixels(small, image, CPU32, tile=0)  # whole: the pad is looked up only once it must tile
+    # the 48 px grid cuts 80 x 96 into cells of 40 x 48, each read with its pad below or to the right
+    assert small.inputs[:2] == [(80, 96), (40 + pad.pad, 48 + pad.pad)] and len(small.inputs) == 2 + 16
     assert max(h * w for h, w in small.inputs[2:]) <= 2000
     warnings = [r.getMessage() for r in caplog.records if "retrying with --tile" in r.getMessage()]
     assert [w.split(": ")[-1] for w in warnings] == ["retrying with --tile 48", "retrying with --tile 24"], warnings
@@ -160,6 +161,10 @@ def test_out_of_memory_at_the_smallest_tile_is_one_line():
 
     small = OutOfMemoryAbove(inference_network(random_generator(4, 1, 8), CPU32), 100)
     with pytest.raises(SrganError, match=f"out of memory even with {MIN_TILE} px tiles") as refused:
+        upscale_pixels(small, photo("astronaut", 100, 150, 80, 96), CPU32, tile=0, pad=2)
+    assert "\n" not in str(refused.value)
+    # the pad measured once tiles are needed: the probe's own images do not fit either
+    with pytest.raises(SrganError, match="out of memory measuring the tile pad on a [0-9]+ px") as refused:
         upscale_pixels(small, photo("astronaut", 100, 150, 80, 96), CPU32, tile=0)
     assert "\n" not in str(refused.value)
 
