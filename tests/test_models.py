@@ -219,6 +219,8 @@ def test_a_residual_checkpoint_loads_and_upscales_by_tiles_exactly(tmp_path):
             out,
             "--tile",
             tile,
+            "--tile-pad",  # the radius (auto may choose less: seams under 1/4 level, not none)
+            str(g.receptive_radius),
             "--device",
             "cpu",
             "--precision",

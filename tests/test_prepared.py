@@ -138,6 +138,8 @@ def many_photos(tmp_path_factory):
     photo = skimage_photo("astronaut")
     for n in range(40):
         Image.fromarray(np.roll(photo, n * 7, axis=1)).save(folder / f"{n:03d}.png", compress_level=9)
+    for n in range(40, 160):  # links: 4x the work for the signal to land in (40 took 0.35 s, a loaded CPU missed it)
+        os.link(folder / f"{n % 40:03d}.png", folder / f"{n:03d}.png")
     return folder
 
 
@@ -167,7 +169,7 @@ def test_an_interrupted_prepare_leaves_nothing_that_looks_complete(many_photos, 
         assert len(leftovers) == 1 and leftovers[0].name.startswith(".out.prepared.")
         prepare_dataset([many_photos], out, workers=2)  # ...which the next prepare removes
         assert [p.name for p in tmp_path.iterdir()] == [out.name]
-        assert len(PreparedImages(out)) == 40
+        assert len(PreparedImages(out)) == 160
 
 
 def test_bench_data_reports_crops_per_second_and_memory(srgan, prepared):
