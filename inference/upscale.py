@@ -194,7 +194,8 @@ def upscale_pixels(
 
 
 def upscale_rgb8(generator: SRGenerator, image: np.ndarray, runtime: Runtime) -> np.ndarray:
-    """HxWx3 uint8 -> (sH)x(sW)x3 uint8, tiled seamlessly within the memory budget."""
+    """HxWx3 uint8 -> (sH)x(sW)x3 uint8; in tiles when the memory budget needs
+    them, reading the pad measured for the network (inference/tile_pad.py)."""
     return upscale_pixels(inference_network(generator, runtime), np.asarray(image, dtype=np.uint8), runtime)
 
 
