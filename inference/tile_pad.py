@@ -45,6 +45,7 @@ import torch
 
 from srgan.configs.errors import SrganError, first_line
 from srgan.files import parse_json, read_regular_text, write_text
+from srgan.files.inputs import own
 from srgan.inference.tiles import Tile, _paste_tiles
 from srgan.models import Runtime, SRGenerator
 
@@ -232,6 +233,7 @@ def read_cache(path: Path) -> dict[str, dict]:
     """The measured pads by weights key; {} for a missing file, and for one
     that is not such a cache (damaged, foreign, too large), which is said
     and then replaced on the next write, never fatal."""
+    own(path.parent)  # the command's own state, read and then replaced: not an input it must not write over
     if not path.exists() and not path.is_symlink():
         return {}
     try:

@@ -118,7 +118,7 @@ def test_srresnet_and_compact_get_at_most_their_receptive_radius():
         assert seam_levels(g, astronaut_lr(40), 16, chosen.pad) < 1
 
 
-def test_upscale_says_the_pad_measured_cached_or_given(srgan, tmp_path):
+def test_upscale_says_the_pad_measured_cached_or_given(srgan, tmp_path, tile_pad_cache):
     photo = tmp_path / "photo.png"
     Image.fromarray(skimage_photo("coffee")[100:140, 200:250]).save(photo)
     checkpoint = bare_checkpoint(tmp_path / "g.pt")
@@ -133,6 +133,11 @@ def test_upscale_says_the_pad_measured_cached_or_given(srgan, tmp_path):
     assert lines[1].split("; ")[-1].startswith(lines[0].split("; ")[-1].split(" (")[0] + " (cached")
     assert lines[2].endswith("; tile pad 3 (given)")
     assert lines[3].endswith("; no tiles (--tile 0)")
+    # a second model in the same command-line cache: read, measured, and written beside the first's
+    other = bare_checkpoint(tmp_path / "other.pt", Generator(4, 1, 8))  # other fresh weights
+    result = srgan("upscale", photo, "-k", other, "--tile", "16", "-o", tmp_path / "other.png", *cpu)
+    assert result.returncode == 0 and "(measured in " in result.stderr and "cannot cache" not in result.stderr
+    assert len(json.loads(tile_pad_cache.read_text())["pads"]) == 2
     refused = srgan("upscale", photo, "-k", checkpoint, "--tile-pad", "-1", *cpu)
     assert refused.returncode == 2 and "--tile-pad: expected auto or a number" in refused.stderr
 
