@@ -20,9 +20,7 @@ interrupted or failed `srgan prepare` never leaves one that looks whole."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import ctypes
 import errno
 import functools
 import json
@@ -41,7 +39,7 @@ from tqdm import tqdm
 from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import MAX_IMAGE_PIXELS, find_images, try_load_rgb8
 from srgan.files import DiskFull
-from srgan.files.atomic import FULL_DISK_ERRNOS, dead_writers_temporaries, temporary_name
+from srgan.files.atomic import FULL_DISK_ERRNOS, dead_writers_temporaries, publish_folder, temporary_name
 from srgan.files.reading import not_found, parse_json, read_regular_text
 
 log = logging.getLogger("srgan")
@@ -276,7 +274,7 @@ def prepare_dataset(
         if lr_folder is not None:
             index.update(scale=scale, lr_source=str(Path(lr_folder).resolve()))
         _write_synced(tmp / INDEX_NAME, (json.dumps(index, indent=1) + "\n").encode())
-        _replace(tmp, out, force)
+        publish_folder(tmp, out, force)
     except OSError as error:
         if error.errno in FULL_DISK_ERRNOS:
             raise DiskFull(f"disk full at {tmp} ({error.strerror}); nothing was kept") from None
@@ -367,60 +365,6 @@ def _write_synced(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _replace(tmp: Path, out: Path, force: bool) -> None:
-    """The finished folder takes the final name, unless something took it
-    meanwhile (a second prepare started at the same time: EEXIST). With
-    --force a dataset there is moved aside first and removed once the new
-    one is in place, or put back if it could not be."""
-    old = None
-    if force and out.exists():
-        old = temporary_name(out, ".old")
-        os.rename(out, old)
-    try:
-        _rename_no_replace(tmp, out)
-    except BaseException:
-        if old is not None:
-            with contextlib.suppress(OSError):
-                _rename_no_replace(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    fd = os.open(out.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-_AT_FDCWD, _RENAME_NOREPLACE = -100, 1  # from Linux's <fcntl.h> and <linux/fs.h>
-
-
-def _rename_no_replace(source: Path, target: Path) -> None:
-    """Rename the folder `source` to `target`, or raise EEXIST if `target`
-    exists, even as an empty folder (which a plain rename replaces). Linux's
-    renameat2(RENAME_NOREPLACE) does it in one step; where the kernel, the C
-    library or the file system lacks it, mkdir claims the name (it fails if
-    taken) and the rename replaces that empty claim."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError, TypeError):  # not glibc >= 2.28 (macOS, musl, Windows...)
-        renameat2 = None
-    if renameat2 is not None:
-        renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-        if renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
-            return
-        code = ctypes.get_errno()
-        if code not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: a file system without the flag
-            raise OSError(code, os.strerror(code), str(target))
-    os.mkdir(target)
-    try:
-        os.rename(source, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.rmdir(target)
-        raise
 
 
 def _remove_stale_temporaries(out: Path) -> None:

@@ -10,16 +10,19 @@ to write over an input, and over an existing file unless asked to
 (`overwrite`, what `--force` sets); the target's resolved path must lie in
 the folder the caller named, so that a name built from user parts cannot
 escape it. `temporary_path` gives the same guarantees to writers that must
-open the file by name themselves (FFmpeg's muxers)."""
+open the file by name themselves (FFmpeg's muxers); `publish_folder` to a
+folder built under a temporary name (`srgan prepare`'s datasets)."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import os
 import re
 import secrets
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -292,3 +295,53 @@ def _sync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def publish_folder(tmp: Path, out: Path, force: bool) -> None:
+    """The finished folder `tmp` takes the name `out`, unless something took it
+    meanwhile (a second writer of the same name: FileExistsError). With
+    `force` a folder already there is moved aside first and removed once the
+    new one is in place, or put back if the rename fails."""
+    old = None
+    if force and out.exists():
+        old = temporary_name(out, ".old")
+        os.rename(out, old)
+    try:
+        rename_no_replace(tmp, out)
+    except BaseException:
+        if old is not None:
+            with contextlib.suppress(OSError):
+                rename_no_replace(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    _sync_folder(out.parent)
+
+
+_AT_FDCWD, _RENAME_NOREPLACE = -100, 1  # from Linux's <fcntl.h> and <linux/fs.h>
+
+
+def rename_no_replace(source: Path, target: Path) -> None:
+    """Rename the folder `source` to `target`, or raise EEXIST if `target`
+    exists, even as an empty folder (which a plain rename replaces). Linux's
+    renameat2(RENAME_NOREPLACE) does it in one step; where the kernel, the C
+    library or the file system lacks it, mkdir claims the name (it fails if
+    taken) and the rename replaces that empty claim."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError, TypeError):  # not glibc >= 2.28 (macOS, musl, Windows...)
+        renameat2 = None
+    if renameat2 is not None:
+        renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        if renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_NOREPLACE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOSYS, errno.EINVAL):  # EINVAL: a file system without the flag
+            raise OSError(code, os.strerror(code), str(target))
+    os.mkdir(target)
+    try:
+        os.rename(source, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rmdir(target)
+        raise

@@ -86,22 +86,22 @@ def test_two_prepares_started_together_one_wins_the_other_is_refused(source, tmp
 def test_the_final_rename_never_replaces_even_an_empty_folder(tmp_path, monkeypatch, renameat2):
     """Linux renames a folder onto an empty one: the step that gives a
     dataset its name must not, with renameat2 or without it (mkdir's claim)."""
-    from srgan.data import prepared
+    from srgan.files import atomic
 
     if not renameat2:
 
         def no_libc(*args, **kwargs):
             raise OSError("no C library here")
 
-        monkeypatch.setattr(prepared.ctypes, "CDLL", no_libc)
+        monkeypatch.setattr(atomic.ctypes, "CDLL", no_libc)
     built = tmp_path / "built"
     built.mkdir()
     (built / "index.json").write_text("{}")
     (tmp_path / "taken").mkdir()
     with pytest.raises(FileExistsError):
-        prepared._rename_no_replace(built, tmp_path / "taken")
+        atomic.rename_no_replace(built, tmp_path / "taken")
     assert (built / "index.json").exists() and not any((tmp_path / "taken").iterdir())
-    prepared._rename_no_replace(built, tmp_path / "free")
+    atomic.rename_no_replace(built, tmp_path / "free")
     assert (tmp_path / "free" / "index.json").read_text() == "{}" and not built.exists()
 
 
