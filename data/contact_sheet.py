@@ -11,8 +11,8 @@ import numpy as np
 from srgan.configs import Config, SrganError
 from srgan.data.datasets import FolderImages, PreparedImages, TrainPairs, open_images
 from srgan.data.images import IMAGE_EXTENSIONS, image_size
+from srgan.data.sheets import GAP, side_by_side
 from srgan.files.reading import not_found
-from srgan.inference.compare import GAP, side_by_side
 
 
 def source_images(source: Path, crop_size: int) -> FolderImages | PreparedImages:

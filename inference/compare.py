@@ -17,6 +17,7 @@ from srgan.data.datasets import low_resolution
 from srgan.data.degradations import named_generator
 from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.data.paired import fit_hr_to_lr
+from srgan.data.sheets import side_by_side
 from srgan.files import check_output
 from srgan.files.reading import not_found
 from srgan.inference.imageio import write_png
@@ -25,8 +26,6 @@ from srgan.inference.upscale import upscale_rgb8
 from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")
-
-GAP = 8  # white pixels between the panels
 
 
 def mod_crop(image: np.ndarray, scale: int) -> np.ndarray:
@@ -38,15 +37,6 @@ def mod_crop(image: np.ndarray, scale: int) -> np.ndarray:
 def bicubic_upscale(lr: np.ndarray, scale: int) -> np.ndarray:
     height, width = lr.shape[:2]
     return np.asarray(Image.fromarray(lr).resize((width * scale, height * scale), Image.Resampling.BICUBIC))
-
-
-def side_by_side(panels: list[np.ndarray]) -> np.ndarray:
-    height = panels[0].shape[0]
-    gap = np.full((height, GAP, 3), 255, dtype=np.uint8)
-    row: list[np.ndarray] = []
-    for panel in panels:
-        row += [panel, gap]
-    return np.concatenate(row[:-1], axis=1)
 
 
 def scored_hr(

@@ -29,7 +29,8 @@ from srgan.configs.schema import (
 )
 from srgan.data import EpochSampler, TrainPairs, ValImages, open_images
 from srgan.data import degradations as D
-from srgan.inference.compare import GAP, model_input
+from srgan.data.sheets import GAP
+from srgan.inference.compare import model_input
 
 # ---------------------------------------------------------------- the config
 

@@ -12,8 +12,8 @@ from srgan.data import ValImages, to_tensor
 from srgan.data.datasets import low_resolution
 from srgan.data.degradations import named_generator
 from srgan.data.paired import PairedValImages, aligned_centre_crop
+from srgan.data.sheets import GAP, side_by_side
 from srgan.files import check_output, write_file
-from srgan.inference.compare import GAP, side_by_side
 from srgan.inference.imageio import write_png
 from srgan.inference.metrics import quantize
 from srgan.models import Runtime
