@@ -102,6 +102,7 @@ class Trainer:
             self.init = read_init_files(config)
             config = self.init.config
         self.config = config
+        self.draws_curves = True  # until matplotlib turns out to be missing
         t = config.train
         self.runtime = resolve_runtime(
             world.device(t.device), t.precision, t.channels_last, keys=("train.device", "train.precision")
@@ -395,7 +396,8 @@ class Trainer:
                 )
                 if self.tensorboard:
                     self.tensorboard.image("samples", picture, p.step)
-            redraw_curves(self.folder.path, t.best_by)
+            if self.draws_curves:
+                self.draws_curves = redraw_curves(self.folder.path, t.best_by)
         if complete:
             p.epoch, p.epoch_keys = p.epoch + 1, 0
 
@@ -627,17 +629,15 @@ def set_learning_rates(parts: TrainingParts, t: TrainConfig, step: int) -> None:
             group["lr"] = base * factor
 
 
-_curves_warned = False
-
-
-def redraw_curves(run_dir: Path, metric: str = "psnr") -> None:
-    global _curves_warned
+def redraw_curves(run_dir: Path, metric: str = "psnr") -> bool:
+    """Draw the run's curves.png again. Returns False, having said why, where
+    matplotlib is not installed: the caller then stops asking."""
     try:
         draw_curves([run_dir], run_dir / "curves.png", metric=metric)
     except ImportError:
-        if not _curves_warned:
-            log.warning("curves.png needs matplotlib: pip install 'srgan[plot]'")
-            _curves_warned = True
+        log.warning("curves.png needs matplotlib: pip install 'srgan[plot]'")
+        return False
+    return True
 
 
 def describe_scores(scores: dict[str, float]) -> str:
