@@ -31,16 +31,14 @@ def train(
     ] = None,
 ) -> None:
     """Train a generator and discriminator as the config says (SIGINT/SIGTERM: save and stop)."""
-    from srgan.configs import SrganError, load_config
+    from srgan.configs import SrganError, load_config, resume_config
     from srgan.training.sweep import is_sweep
 
     overrides, sweep = overrides or [], sweep or []  # None: the option not given
     if sweep or (resume is not None and is_sweep(resume)):
         return train_sweep(config, overrides, sweep, resume)
     if resume is not None and config is None:
-        if not (resume / "config.yaml").is_file():
-            raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
-        config = str(resume / "config.yaml")
+        config = str(resume_config(resume))
     resolved = load_config(config, overrides)  # before importing torch: bad keys fail fast
     run_dir = Path(resolved.train.run_dir) if resume is None and resolved.train.run_dir else None
     if run_dir is not None and is_sweep(run_dir):  # a run's files among the variants would be neither's

@@ -7,6 +7,7 @@ from srgan.configs.loader import (
     config_to_yaml,
     load_config,
     preset_names,
+    resume_config,
 )
 from srgan.configs.schema import Config
 
@@ -19,4 +20,5 @@ __all__ = [
     "first_line",
     "load_config",
     "preset_names",
+    "resume_config",
 ]

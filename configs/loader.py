@@ -55,6 +55,15 @@ def preset_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+def resume_config(run_dir: Path | str) -> Path:
+    """The config.yaml of a run folder given to --resume; refuses a folder
+    that holds none (not a run folder)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise SrganError(f"--resume: {run_dir}: not a run folder (no config.yaml)")
+    return path
+
+
 def load_config(source: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """A preset name or a YAML path (default: the demo preset), then `key.path=value` overrides."""
     source = source or DEFAULT_PRESET

@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from srgan.configs import Config, SrganError, first_line
+from srgan.configs import Config, SrganError, first_line, resume_config
 from srgan.configs.schema import TrainConfig
 from srgan.data import EpochSampler
 from srgan.data.paired import open_image_set, training_crops
@@ -94,8 +94,8 @@ def train(config: Config, resume: Path | None = None) -> Path:
 class Trainer:
     def __init__(self, config: Config, resume: Path | None = None, world: World | None = None):
         self.world = world = world or World()
-        if resume is not None and not (Path(resume) / "config.yaml").is_file():
-            raise SrganError(f"--resume: {resume}: not a run folder (no config.yaml)")
+        if resume is not None:
+            resume_config(resume)  # a run folder, before anything is built
         # The init files may complete the network's shape: read them first (a resume reads neither).
         self.init = None
         if resume is None and (config.model.init_from or config.gan.init_from):
