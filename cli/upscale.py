@@ -122,28 +122,25 @@ def upscale(
         raise typer.Exit(1)
 
 
-def _tile_option(value: str) -> int | None:
+def _pixels_or_auto(value: str, option: str, expected: str) -> int | None:
+    """--tile and --tile-pad: None for auto, else a number of pixels >= 0."""
     if value == "auto":
         return None
     try:
-        tile = int(value)
+        pixels = int(value)
     except ValueError:
-        tile = -1
-    if tile < 0:
-        raise SrganError(f"--tile: expected auto or a number of pixels >= 0 (0: no tiling), got {value!r}")
-    return tile
+        pixels = -1
+    if pixels < 0:
+        raise SrganError(f"{option}: expected {expected}, got {value!r}")
+    return pixels
+
+
+def _tile_option(value: str) -> int | None:
+    return _pixels_or_auto(value, "--tile", "auto or a number of pixels >= 0 (0: no tiling)")
 
 
 def _tile_pad_option(value: str) -> int | None:
-    if value == "auto":
-        return None
-    try:
-        pad = int(value)
-    except ValueError:
-        pad = -1
-    if pad < 0:
-        raise SrganError(f"--tile-pad: expected auto or a number of pixels >= 0, got {value!r}")
-    return pad
+    return _pixels_or_auto(value, "--tile-pad", "auto or a number of pixels >= 0")
 
 
 def _ext_option(value: str) -> str:

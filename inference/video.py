@@ -157,8 +157,8 @@ def upscale_video(
     clip that cannot be decoded or written, leaving no file behind."""
     av = require_av()
     pad = options.tile_pad  # upscale_files decides it (inference/tile_pad.py)
-    if pad is None:
-        pad = None if options.tile == 0 else tile_pad(network, runtime).pad  # None: measured if memory cuts frames
+    if pad is None and options.tile != 0:  # with --tile 0, None: measured only if memory cuts frames
+        pad = tile_pad(network, runtime).pad
     targets = video_outputs(target, options.compare)
     with contextlib.ExitStack() as stack:
         temps = [stack.enter_context(temporary_path(t, options.force, inputs=(source,))) for t in targets]
