@@ -16,10 +16,11 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from srgan.bench.machine import machine
-from srgan.configs import Config, SrganError
+from srgan.configs import Config
 from srgan.data import EpochSampler, PreparedImages
 from srgan.data.paired import PairedImages, open_image_set, training_crops
 from srgan.files import check_output, write_bytes
+from srgan.files.errors import SrganError
 from srgan.training.loop import shutdown_workers
 from srgan.training.signals import ignore_interrupts_in_worker
 

@@ -17,7 +17,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from srgan.bench.machine import synchronize
-from srgan.configs import Config, SrganError
+from srgan.configs import Config
+from srgan.files.errors import SrganError
 from srgan.models.runtime import DTYPES
 
 # Runs a yardstick script once under the counter, in a child process as it is timed.

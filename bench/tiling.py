@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from srgan.bench.machine import machine
-    from srgan.configs import SrganError, load_config
+    from srgan.configs import load_config
+    from srgan.files.errors import SrganError
     from srgan.models import build_generator
     from srgan.models.checkpoint import load_generator
 

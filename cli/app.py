@@ -15,7 +15,7 @@ import typer
 from PIL import Image
 
 from srgan.cli import bench, degrade, evaluate, export, plot, prepare, runs, train, upscale
-from srgan.configs import SrganError
+from srgan.files.errors import SrganError
 from srgan.files.inputs import command_inputs
 
 app = typer.Typer(

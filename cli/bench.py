@@ -69,7 +69,8 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Seconds per training step of the real step (random batch, random VGG weights)."""
-    from srgan.configs import SrganError, load_config
+    from srgan.configs import load_config
+    from srgan.files.errors import SrganError
 
     if min(batch, crop, iters, blocks or 1) < 1 or warmup < 0:
         raise SrganError("--batch, --crop, --blocks and --iters: expected at least 1; --warmup: 0 or more")
@@ -173,7 +174,8 @@ def upscale(
 ) -> None:
     """Megapixels/s and peak memory of srgan upscale, and its speedup over a plain fp32 NCHW forward
     (and onnxruntime's time with --onnx)."""
-    from srgan.configs import SrganError, load_config
+    from srgan.configs import load_config
+    from srgan.files.errors import SrganError
 
     width, height = frame_size(size, "512x512")
     if iters < 1 or warmup < 0:
@@ -214,7 +216,8 @@ def data(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Crops per second (and per worker) of the configured data.train, and the memory of every process."""
-    from srgan.configs import SrganError, load_config
+    from srgan.configs import load_config
+    from srgan.files.errors import SrganError
 
     if batches < 1:
         raise SrganError(f"--batches: expected at least 1, got {batches}")
@@ -278,7 +281,7 @@ def photos(
 ) -> None:
     """DIV2K-like photos made from scikit-image's, to benchmark data loading when no real set is at hand."""
     from srgan.bench.data import check_photo_size, make_photos
-    from srgan.configs import SrganError
+    from srgan.files.errors import SrganError
 
     if not 1 <= count <= 10000:
         raise SrganError(f"--count: expected 1 to 10000, got {count}")
@@ -322,7 +325,8 @@ def video(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Frames/s of srgan upscale on a clip (decode, network and encode overlapped) against the network alone."""
-    from srgan.configs import SrganError, load_config
+    from srgan.configs import load_config
+    from srgan.files.errors import SrganError
 
     width, height = frame_size(size, "320x240")
     if min(frames, batch, iters) < 1 or warmup < 0:
@@ -349,7 +353,7 @@ def video(
 
 def frame_size(size: str, example: str) -> tuple[int, int]:
     """--size WxH -> (width, height), both at least 1."""
-    from srgan.configs import SrganError
+    from srgan.files.errors import SrganError
 
     try:
         width, height = (int(v) for v in size.lower().split("x"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from srgan.configs import SrganError
+from srgan.files.errors import SrganError
 
 CONFIG_HELP = "A preset name (see `srgan config list`) or a YAML file."
 SET_HELP = (

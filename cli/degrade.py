@@ -22,9 +22,10 @@ def degrade(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output.")] = False,
 ) -> None:
     """Write N training pairs as the config makes them: each LR crop (nearest-upscaled) beside its GT crop."""
-    from srgan.configs import SrganError, load_config
+    from srgan.configs import load_config
     from srgan.configs.loader import MAX_SEED
     from srgan.files import check_output
+    from srgan.files.errors import SrganError
 
     if output.suffix.lower() != ".png":
         raise SrganError(f"-o {output}: expected a file name ending in .png")

@@ -26,7 +26,8 @@ def degrade_option(config: str | None, lr: Path | None):
     """--degrade CONFIG -> (its data.realesrgan, its train.seed), or None."""
     if config is None:
         return None
-    from srgan.configs import SrganError, load_config
+    from srgan.configs import load_config
+    from srgan.files.errors import SrganError
 
     if lr is not None:
         raise SrganError(f"--degrade {config} with --lr {lr}: the LR images are given, there is nothing to degrade")
@@ -64,8 +65,8 @@ def compare(
     metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr",
 ) -> None:
     """Write bicubic | SR | original side by side for one photo, each panel with its scores."""
-    from srgan.configs import SrganError
     from srgan.files import check_output
+    from srgan.files.errors import SrganError
     from srgan.inference.compare import compare_picture
     from srgan.inference.metrics import CONVENTION, ImageScores, parse_metric_names
 

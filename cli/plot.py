@@ -52,7 +52,8 @@ def plot(
 ) -> None:
     """Validation PSNR (or --metric), g_loss, d_loss, d_score and g_score against step, one colour a run,
     the legend naming the settings in which the runs differ (needs matplotlib)."""
-    from srgan.configs import Config, SrganError
+    from srgan.configs import Config
+    from srgan.files.errors import SrganError
     from srgan.inference.metrics import parse_metric_names
     from srgan.training.logs import read_run_logs
     from srgan.training.runs import find_runs, read_run_config, run_labels

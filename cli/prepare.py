@@ -26,8 +26,8 @@ def prepare(
 ) -> None:
     """Decode every image once (any mode, EXIF upright) into DATASET/pixels.u8 + index.json:
     training then slices crops from it instead of decoding a photo per crop."""
-    from srgan.configs import SrganError
     from srgan.data import prepare_dataset
+    from srgan.files.errors import SrganError
 
     if workers < 1:
         raise SrganError(f"--workers: expected at least 1, got {workers}")

@@ -31,7 +31,8 @@ def train(
     ] = None,
 ) -> None:
     """Train a generator and discriminator as the config says (SIGINT/SIGTERM: save and stop)."""
-    from srgan.configs import SrganError, load_config, resume_config
+    from srgan.configs import load_config, resume_config
+    from srgan.files.errors import SrganError
     from srgan.training.sweep import is_sweep
 
     overrides, sweep = overrides or [], sweep or []  # None: the option not given
@@ -61,7 +62,7 @@ def train(
 
 
 def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resume: Path | None) -> None:
-    from srgan.configs import SrganError
+    from srgan.files.errors import SrganError
     from srgan.training import TrainingInterrupted
     from srgan.training.runs import format_runs, sort_rows, summarize
     from srgan.training.sweep import run_sweep

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from srgan.cli.common import CHECKPOINT_HELP, DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
-from srgan.configs import SrganError
+from srgan.files.errors import SrganError
 
 
 def upscale(

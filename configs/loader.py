@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import yaml
 
-from srgan.configs.errors import SrganError
 from srgan.configs.schema import ARCH_KEYS, ARCH_SCALES, BUILTIN_SAMPLES, Config, PerceptualConfig
+from srgan.files.errors import SrganError
 from srgan.files.reading import read_regular_bytes
 
 DEFAULT_PRESET = "demo"

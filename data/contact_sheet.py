@@ -8,10 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from srgan.configs import Config, SrganError
+from srgan.configs import Config
 from srgan.data.datasets import FolderImages, PreparedImages, TrainPairs, open_images
 from srgan.data.images import IMAGE_EXTENSIONS, image_size
 from srgan.data.sheets import GAP, side_by_side
+from srgan.files.errors import SrganError
 from srgan.files.reading import not_found
 
 

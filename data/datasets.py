@@ -21,12 +21,12 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, Sampler
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.configs.schema import RealEsrganDegradation
 from srgan.data.degradations import degrade, named_generator
 from srgan.data.images import find_images, image_size, load_rgb8, try_load_rgb8
 from srgan.data.prepared import PreparedImages, is_prepared
 from srgan.data.samples import BUILTIN_SAMPLES, TRAIN_SAMPLES, VAL_SAMPLES, sample_paths
+from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import kind_of
 
 log = logging.getLogger("srgan")

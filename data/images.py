@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from srgan.configs.errors import SrganError, first_line
+from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import note_listed
 from srgan.files.reading import reading_regular
 

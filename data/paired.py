@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.configs.schema import BUILTIN_SAMPLES, RealEsrganDegradation
 from srgan.data.datasets import (
     FolderImages,
@@ -36,6 +35,7 @@ from srgan.data.datasets import (
 )
 from srgan.data.images import find_images, image_size
 from srgan.data.prepared import PreparedImages, is_prepared
+from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import kind_of
 
 log = logging.getLogger("srgan")

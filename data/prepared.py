@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import MAX_IMAGE_PIXELS, find_images, try_load_rgb8
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS, dead_writers_temporaries, publish_folder, temporary_name
+from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import not_found, parse_json, read_regular_text
 
 log = logging.getLogger("srgan")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from srgan.configs.errors import SrganError
 from srgan.configs.schema import BUILTIN_SAMPLES as BUILTIN_SAMPLES  # data.train's default, re-exported
+from srgan.files.errors import SrganError
 
 # name -> file in skimage/data; the first four train, the last validates.
 SAMPLE_FILES = {

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from srgan.configs.errors import SrganError
+from srgan.files.errors import SrganError
 
 
 @dataclass

@@ -16,7 +16,7 @@ import socket
 import time
 from pathlib import Path
 
-from srgan.configs.errors import SrganError, first_line
+from srgan.files.errors import SrganError, first_line
 from srgan.files.processes import process_alive, valid_pid
 from srgan.files.reading import check_regular, parse_json, read_regular_bytes
 

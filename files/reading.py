@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from srgan.configs.errors import SrganError, first_line
+from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import note_read
 
 _KINDS = (

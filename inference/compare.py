@@ -10,7 +10,6 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import bicubic_downscale, load_rgb8
 from srgan.data.datasets import low_resolution
@@ -19,6 +18,7 @@ from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.data.paired import fit_hr_to_lr
 from srgan.data.sheets import side_by_side
 from srgan.files import check_output
+from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import not_found
 from srgan.inference.imageio import write_png
 from srgan.inference.metrics import ImageScores

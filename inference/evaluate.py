@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import find_images, load_rgb8
 from srgan.data.images import IMAGE_EXTENSIONS
 from srgan.data.paired import folder_pairs
+from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import note_read
 from srgan.files.reading import not_found
 from srgan.inference.compare import bicubic_upscale, model_input, scored_hr

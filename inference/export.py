@@ -32,8 +32,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from srgan.configs import SrganError, config_from_dict, config_to_dict, first_line
+from srgan.configs import config_from_dict, config_to_dict
 from srgan.files import check_output, write_file
+from srgan.files.errors import SrganError, first_line
 from srgan.inference.fused import fuse_for_inference
 from srgan.models import Generator, SRGenerator
 from srgan.models.rrdb import RRDBNet

@@ -12,9 +12,9 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image, ImageOps
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import check_pixels
 from srgan.files import write_file
+from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import reading_regular
 
 log = logging.getLogger("srgan")

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from srgan.configs.errors import SrganError, first_line
+from srgan.files.errors import SrganError, first_line
 
 # metric -> the torchvision ImageNet network its features come from
 BACKBONES = {"lpips": "alexnet", "lpips_vgg": "vgg16", "dists": "vgg16"}

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from srgan.configs.errors import SrganError
 from srgan.configs.schema import METRIC_NAMES
+from srgan.files.errors import SrganError
 from srgan.inference.learned_metrics import BACKBONES, LearnedMetric
 
 CONVENTION = "Y channel (BT.601, MATLAB rgb2ycbcr), {scale} px border shaved, 8-bit"

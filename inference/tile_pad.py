@@ -43,8 +43,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.files import parse_json, read_regular_text, write_text
+from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import own
 from srgan.inference.tiles import Tile, _paste_tiles
 from srgan.models import Runtime, SRGenerator

@@ -24,7 +24,7 @@ import torch
 from numpy.typing import DTypeLike
 from tqdm import tqdm
 
-from srgan.configs.errors import SrganError
+from srgan.files.errors import SrganError
 from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")

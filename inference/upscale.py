@@ -15,9 +15,9 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from srgan.configs.errors import SrganError
 from srgan.data.images import IMAGE_EXTENSIONS, find_images
 from srgan.files import check_output
+from srgan.files.errors import SrganError
 from srgan.files.inputs import note_read
 from srgan.files.reading import not_found
 from srgan.inference.fused import fuse_for_inference

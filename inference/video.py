@@ -30,9 +30,9 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.data.images import check_pixels
 from srgan.files.atomic import temporary_path
+from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import note_listed
 from srgan.inference.imageio import resize
 from srgan.inference.tile_pad import tile_pad

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.configs.loader import VGG_BLOCKS, perceptual_layers, vgg_layer_count
 from srgan.configs.schema import PerceptualConfig
 from srgan.files import read_torch_file
+from srgan.files.errors import SrganError, first_line
 
 log = logging.getLogger("srgan")
 

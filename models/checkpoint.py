@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from srgan.configs import Config, SrganError, config_from_dict, first_line
+from srgan.configs import Config, config_from_dict
 from srgan.configs.loader import MAX_GENERATOR_PARAMETERS
 from srgan.configs.schema import ARCH_KEYS, METRIC_NAMES, ModelConfig
 from srgan.files import looks_like_safetensors, parse_json, read_safetensors_file, read_torch_file, write_file
+from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import not_found
 from srgan.models.build import SRGenerator, build_generator
 from srgan.models.community import (

@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from srgan.configs.errors import SrganError
 from srgan.configs.loader import LIMITS
+from srgan.files.errors import SrganError
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
 

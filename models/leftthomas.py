@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from srgan.configs.errors import SrganError, first_line
 from srgan.configs.loader import LIMITS
+from srgan.files.errors import SrganError, first_line
 from srgan.models.generator import Generator
 
 

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import torch
 
-from srgan.configs.errors import SrganError
+from srgan.files.errors import SrganError
 
 M = TypeVar("M", bound=torch.nn.Module)
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from srgan.configs.errors import SrganError, first_line
+from srgan.files.errors import SrganError, first_line
 
 
 class SpandrelGenerator(nn.Module):

@@ -16,7 +16,8 @@ import yaml
 from PIL import Image
 
 from conftest import assert_refused, set_args, skimage_photo, tiny_overrides
-from srgan.configs import SrganError, config_from_dict, config_to_dict, load_config
+from srgan.configs import config_from_dict, config_to_dict, load_config
+from srgan.files.errors import SrganError
 from srgan.models import build_generator, load_checkpoint
 from srgan.models.checkpoint import load_generator
 from srgan.models.compact import SRVGGNetCompact

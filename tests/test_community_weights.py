@@ -18,7 +18,8 @@ import yaml
 from PIL import Image
 
 from conftest import assert_refused, set_args, skimage_photo
-from srgan.configs import SrganError, load_config
+from srgan.configs import load_config
+from srgan.files.errors import SrganError
 from srgan.models.checkpoint import load_described_generator, load_generator, read_generator_file
 from srgan.models.compact import SRVGGNetCompact
 from srgan.models.discriminator_unet import UNetDiscriminatorSN

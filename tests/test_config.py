@@ -3,8 +3,9 @@ import dataclasses
 import pytest
 import yaml
 
-from srgan.configs import SrganError, config_from_dict, config_to_dict, load_config, preset_names
+from srgan.configs import config_from_dict, config_to_dict, load_config, preset_names
 from srgan.configs.loader import vgg_layer_count
+from srgan.files.errors import SrganError
 
 
 def test_presets_are_listed():

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from conftest import tiny_overrides
-from srgan.configs import SrganError, load_config
+from srgan.configs import load_config
+from srgan.files.errors import SrganError
 from srgan.models import Generator, resolve_runtime
 
 pytestmark = [

@@ -6,7 +6,6 @@ import torch
 from PIL import Image
 
 from conftest import skimage_photo
-from srgan.configs import SrganError
 from srgan.data import (
     BUILTIN_SAMPLES,
     EpochSampler,
@@ -17,6 +16,7 @@ from srgan.data import (
     open_images,
     resolve_images,
 )
+from srgan.files.errors import SrganError
 
 
 def test_folder_is_searched_recursively(photo_dir):

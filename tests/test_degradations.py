@@ -17,7 +17,7 @@ import yaml
 from PIL import Image
 
 from conftest import assert_refused, bare_checkpoint, interrupt_at, skimage_photo, tiny_overrides
-from srgan.configs import SrganError, config_from_dict, config_to_dict, load_config
+from srgan.configs import config_from_dict, config_to_dict, load_config
 from srgan.configs.schema import (
     BlurConfig,
     DegradationStage,
@@ -30,6 +30,7 @@ from srgan.configs.schema import (
 from srgan.data import EpochSampler, TrainPairs, ValImages, open_images
 from srgan.data import degradations as D
 from srgan.data.sheets import GAP
+from srgan.files.errors import SrganError
 from srgan.inference.compare import model_input
 
 # ---------------------------------------------------------------- the config

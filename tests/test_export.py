@@ -343,7 +343,7 @@ def test_a_network_the_exporter_cannot_trace_is_refused_in_one_line_naming_the_f
     never handing it to the fallback that crashed."""
     import copy
 
-    from srgan.configs import SrganError
+    from srgan.files.errors import SrganError
     from srgan.inference import export
 
     source = spandrel_file(tmp_path / "span.pth", "SPAN")
@@ -388,7 +388,7 @@ def test_a_graph_onnxruntime_cannot_run_is_refused_in_one_line(checkpoints, onnx
     """A tiny SwinIR's graph fails in onnxruntime on the second check size
     (a width the exporter fixed from the traced one: a Reshape that no longer
     fits): a traceback before. Here a check input of 4 channels fails the same way."""
-    from srgan.configs import SrganError
+    from srgan.files.errors import SrganError
     from srgan.inference import export
 
     monkeypatch.setattr(export, "CHECK_SHAPES", ((1, 4, 16, 16),))

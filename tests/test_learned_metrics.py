@@ -152,7 +152,8 @@ def test_unknown_metric_names_are_refused_listing_the_valid_ones(tmp_path):
     result = run_cli("evaluate", tmp_path, "-k", checkpoint, "--metrics", "psnr,lpipz")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "lpipz" in result.stderr and "psnr, ssim, lpips, lpips_vgg, dists" in result.stderr
-    from srgan.configs import SrganError, load_config
+    from srgan.configs import load_config
+    from srgan.files.errors import SrganError
 
     with pytest.raises(SrganError, match=r"train\.best_by: lpips is not among train\.val_metrics"):
         load_config("demo", ["train.best_by=lpips"])

@@ -5,8 +5,8 @@ import sys
 import pytest
 import torch
 
-from srgan.configs import SrganError
 from srgan.configs.schema import LossConfig, PerceptualConfig
+from srgan.files.errors import SrganError
 from srgan.losses import GeneratorCriterion, VGGFeatures, build_vgg_features, perceptual_loss, tv_loss
 from srgan.models import Generator
 
@@ -85,7 +85,7 @@ def test_imagenet_weights_that_cannot_be_had_stop_with_the_alternatives(tmp_path
     code = (
         "from srgan.losses import build_vgg_features\n"
         "from srgan.configs.schema import PerceptualConfig\n"
-        "from srgan.configs import SrganError\n"
+        "from srgan.files.errors import SrganError\n"
         "try:\n"
         "    build_vgg_features(PerceptualConfig('vgg16', 'relu1_2', 'imagenet'))\n"
         "except SrganError as e:\n"

@@ -15,9 +15,10 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from conftest import assert_refused, bare_checkpoint, run_cli, skimage_photo
-from srgan.configs import SrganError, load_config
+from srgan.configs import load_config
 from srgan.data import EpochSampler, PreparedImages, ValImages, bicubic_downscale, prepare_dataset
 from srgan.data.paired import PairedCrops, PairedImages, PairedValImages, folder_pairs, open_image_set
+from srgan.files.errors import SrganError
 from srgan.inference.compare import mod_crop
 from srgan.inference.evaluate import evaluate_folders
 from srgan.inference.metrics import ImageScores, psnr_y, quantize

@@ -18,8 +18,9 @@ import torch
 from PIL import Image
 
 from conftest import assert_refused, run_cli, set_args, skimage_photo, tiny_overrides
-from srgan.configs import SrganError, load_config
+from srgan.configs import load_config
 from srgan.data import FolderImages, PreparedImages, TrainPairs, find_images, load_rgb8, open_images, prepare_dataset
+from srgan.files.errors import SrganError
 from srgan.models import load_checkpoint
 from srgan.training import train
 

@@ -11,8 +11,9 @@ import torch
 from PIL import Image
 
 from conftest import run_cli, skimage_photo, tiny_overrides
-from srgan.configs import SrganError, load_config
+from srgan.configs import load_config
 from srgan.data import bicubic_downscale
+from srgan.files.errors import SrganError
 from srgan.inference.compare import mod_crop
 from srgan.inference.metrics import shave
 from srgan.models import Generator

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from srgan.configs import SrganError, load_config
+from srgan.configs import load_config
 from srgan.configs.schema import LossConfig, PerceptualConfig, SharpenTargets
+from srgan.files.errors import SrganError
 from srgan.losses import GeneratorCriterion, image_loss, perceptual_loss
 from srgan.losses.sharpen import unsharp_mask
 from srgan.models import Discriminator, Generator, resolve_runtime

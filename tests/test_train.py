@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from conftest import interrupt_at, tiny_overrides
-from srgan.configs import SrganError, load_config
+from srgan.configs import load_config
+from srgan.files.errors import SrganError
 from srgan.models import generator_from_checkpoint, load_checkpoint
 from srgan.training import train
 

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from conftest import bare_checkpoint, run_cli, skimage_photo
-from srgan.configs import SrganError
+from srgan.files.errors import SrganError
 from srgan.inference.imageio import Picture, read_picture, write_png16
 from srgan.inference.tiles import activation_budget, activation_bytes_per_pixel, auto_tile, tile_grid, upscale_tiled
 from srgan.inference.upscale import UpscaleOptions, upscale_picture, upscale_rgb8

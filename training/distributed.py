@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from srgan.configs import SrganError
+from srgan.files.errors import SrganError
 
 log = logging.getLogger("srgan")
 

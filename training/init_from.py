@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from srgan.configs import Config, SrganError, config_from_dict, config_to_dict
+from srgan.configs import Config, config_from_dict, config_to_dict
 from srgan.configs.schema import ARCH_KEYS
+from srgan.files.errors import SrganError
 from srgan.models.checkpoint import check_state_dict, read_discriminator_file, read_generator_file
 
 # How a mismatch reads: "X has 23 blocks, the config asks for 16 (model.blocks)".

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from srgan.configs.errors import SrganError
 from srgan.files import DiskFull, parse_json, read_regular_text, write_text
 from srgan.files.atomic import FULL_DISK_ERRNOS
+from srgan.files.errors import SrganError
 
 log = logging.getLogger("srgan")
 

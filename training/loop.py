@@ -23,12 +23,13 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from srgan.configs import Config, SrganError, first_line, resume_config
+from srgan.configs import Config, resume_config
 from srgan.configs.schema import TrainConfig
 from srgan.data import EpochSampler
 from srgan.data.paired import open_image_set, training_crops
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
+from srgan.files.errors import SrganError, first_line
 from srgan.inference.metrics import ImageScores, better, worst_score
 from srgan.losses import GeneratorCriterion
 from srgan.models import (

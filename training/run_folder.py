@@ -15,8 +15,9 @@ import socket
 import time
 from pathlib import Path
 
-from srgan.configs import Config, SrganError, config_to_yaml
+from srgan.configs import Config, config_to_yaml
 from srgan.files import RunLock, check_output, write_text
+from srgan.files.errors import SrganError
 from srgan.files.inputs import own
 from srgan.files.reading import check_regular
 

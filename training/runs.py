@@ -13,9 +13,10 @@ import math
 import os
 from pathlib import Path
 
-from srgan.configs import Config, SrganError, config_from_dict, config_to_dict, load_config, preset_names
+from srgan.configs import Config, config_from_dict, config_to_dict, load_config, preset_names
 from srgan.configs.loader import read_yaml_file
 from srgan.files import parse_json, read_regular_text
+from srgan.files.errors import SrganError
 from srgan.files.lock import holder_alive, read_holder
 from srgan.training.logs import LEARNED_METRICS, is_number, read_run_logs
 from srgan.training.run_folder import STATES, STATUS_NAME

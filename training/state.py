@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from srgan.configs import Config, SrganError, config_from_dict, config_to_dict
+from srgan.configs import Config, config_from_dict, config_to_dict
+from srgan.files.errors import SrganError
 from srgan.inference.metrics import worst_score
 from srgan.models.checkpoint import as_tuples
 from srgan.training.distributed import unwrap

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from srgan.configs import Config, SrganError, load_config
+from srgan.configs import Config, load_config
 from srgan.configs.loader import DEFAULT_PRESET, _show, read_yaml_file
 from srgan.files import write_text
+from srgan.files.errors import SrganError
 from srgan.training.run_folder import RUN_FILES
 from srgan.training.runs import summarize
 from srgan.training.signals import TrainingInterrupted

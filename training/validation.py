@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from srgan.configs import SrganError
 from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import FolderImages, PreparedImages, ValImages
 from srgan.data.paired import PairedImages, validation_images
+from srgan.files.errors import SrganError
 from srgan.inference.metrics import ImageScores, quantize
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator

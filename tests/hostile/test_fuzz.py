@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from conftest import skimage_photo
-from srgan.configs import Config, SrganError, config_to_dict, load_config
+from srgan.configs import Config, config_to_dict, load_config
 from srgan.data.images import try_load_rgb8
+from srgan.files.errors import SrganError
 from srgan.inference.imageio import read_picture
 from srgan.models import Discriminator, Generator
 from srgan.models.checkpoint import check_checkpoint

@@ -19,8 +19,8 @@ import pytest
 from PIL import Image
 
 from conftest import assert_refused, bare_checkpoint, no_temporary_files, set_args, skimage_photo, tiny_overrides
-from srgan.configs import SrganError
 from srgan.data import PreparedImages
+from srgan.files.errors import SrganError
 
 CPU = ("--device", "cpu", "--precision", "fp32")
 # No process has this id (Linux's pid_max is at most 2**22): a temporary of a dead prepare.
