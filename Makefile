@@ -47,7 +47,7 @@ typecheck-links:
 # The first thing to run on a machine with a GPU (under 8 minutes on one):
 # CUDA tests, train + resume, upscale, benchmarks, torchrun with NCCL.
 gpu-check: $(STAMP)
-	$(BIN)/python -m srgan.bench.gpu_check
+	$(BIN)/python tools/gpu_check.py
 
 clean:
 	rm -rf $(DEMO_RUN) $(DEMO_OUT) .pytest_cache .typecheck .mypy_cache .ruff_cache

@@ -1,4 +1,4 @@
-"""`make gpu-check` (python -m srgan.bench.gpu_check): the one script to run
+"""`make gpu-check` (python tools/gpu_check.py): the one script to run
 first on a machine with a GPU, under 8 minutes on one. It runs the CUDA
 tests, a short training and its resume, an upscale, `srgan bench train`
 (fp32 deterministic and not, bf16, bf16 + compile), `srgan bench upscale`,
@@ -7,7 +7,8 @@ the presets' size), whether Real-ESRGAN's degradations keep realesrnet_x4's
 step fed, and a 1-rank NCCL job under torchrun, and prints one summary with the
 figures docs/performance.md lacks. Without CUDA the CUDA parts are
 skipped, each with its reason, and the parts that run anywhere (the 1-rank
-torchrun job, on gloo) still run."""
+torchrun job, on gloo) still run. It runs tests/ from the checkout, so it
+is a developer's tool outside the installed package."""
 
 from __future__ import annotations
 
