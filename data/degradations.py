@@ -106,9 +106,9 @@ def random_kernel(blur: BlurConfig, rng: np.random.Generator) -> np.ndarray:
 
 def blur(image: torch.Tensor, kernel: np.ndarray) -> torch.Tensor:
     """The image filtered by `kernel` (each channel alike), borders reflected
-    (replicated where the image is smaller than the kernel's half). By FFT:
-    a 21x21 kernel on a 256 px crop costs 1.7 ms so, 25 ms as a convolution
-    with the kernel as its weight (docs/degradations.md)."""
+    (replicated where the image is smaller than the kernel's half). By FFT,
+    which costs a fraction of a convolution with the kernel as its weight at
+    Real-ESRGAN's kernel sizes (docs/degradations.md has the timings)."""
     pad = kernel.shape[0] // 2
     height, width = image.shape[-2:]
     mode = "reflect" if pad < min(height, width) else "replicate"
@@ -182,8 +182,8 @@ def add_noise(image: torch.Tensor, settings: NoiseConfig, rng: np.random.Generat
 
 def jpeg(image: torch.Tensor, quality: int) -> torch.Tensor:
     """Encoded and decoded by Pillow's libjpeg at `quality` (4:2:0, its
-    default). torchvision.io's encoder is faster (0.3 against 0.8-1.8 ms on a
-    256 px crop) but deprecated since torchvision 0.29."""
+    default). torchvision.io's encoder is faster but deprecated since
+    torchvision 0.29."""
     pixels = (image * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)

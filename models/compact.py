@@ -73,14 +73,12 @@ def initialise(layers: list[nn.Module]) -> None:
 
     Why: with random (He) middle convs, L1 training first shrinks the stack's
     random output, and at 32 convs the signal through the stack collapses
-    with it (its spread fell 70-fold in 50 steps); the network then sits at
-    nearest-neighbour quality for hundreds of steps (1000 steps on the
-    built-in photos left it there, docs/quality.md). PyTorch's default
-    initialisation (Real-ESRGAN's) is worse still: the gradient reaching the
-    first layer is near 1e-15 of the last layer's. From the identity start
-    32 convs learnt as fast as 8 did in a 300-step probe, and reach 30.10 dB
-    on Set5 in 1000 steps (docs/quality.md; tests/test_arch.py checks that a
-    32-conv stack learns in its first 100 steps)."""
+    with it; the network then sits at nearest-neighbour quality for hundreds
+    of steps. PyTorch's default initialisation (Real-ESRGAN's) is worse
+    still: almost no gradient reaches the first layer. From the identity
+    start a deep stack learns as fast as a shallow one (docs/quality.md has
+    the runs; tests/test_arch.py checks that a 32-conv stack learns in its
+    first 100 steps)."""
     convs = [layer for layer in layers if isinstance(layer, nn.Conv2d)]
     for conv in convs:
         nn.init.kaiming_normal_(conv.weight, a=0.25, nonlinearity="leaky_relu")

@@ -116,7 +116,7 @@ class Generator(nn.Module):
         # so the tail can run before the shuffle, on the coarser grid, as a 5x5
         # conv from the 4 x C phase channels to 4 x 3. The same function with
         # the same parameters, without the C-channel full-resolution tensors, and
-        # 2x faster: oneDNN runs a conv with 3 output channels poorly.
+        # faster: oneDNN runs a conv with 3 output channels poorly.
         last = self.upsample[-1]
         assert isinstance(last, UpsampleBlock) and self.tail.bias is not None  # both built so in __init__
         if last.factor != 2:  # x3: the plain order (the rearrangement below is written for x2)

@@ -22,8 +22,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16} 
 class Runtime:
     device: torch.device
     precision: str  # fp32, bf16 or fp16, never auto
-    # NHWC activations: oneDNN's and cuDNN's fast convolution layout (measured
-    # 1.3x on a 2-core AVX512 CPU for the training step, fp32 and bf16).
+    # NHWC activations: oneDNN's and cuDNN's fast convolution layout
+    # (docs/performance.md measures the step with and without).
     channels_last: bool = True
 
     @property
@@ -123,8 +123,8 @@ def set_deterministic(enabled: bool) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(enabled)
     # Deterministic mode also fills every new tensor with NaN (a debugging
-    # aid against reads of uninitialised memory): 7000 fills an ESRGAN step,
-    # 3% of it, for outputs every kernel writes whole anyway.
+    # aid against reads of uninitialised memory): thousands of fills a step,
+    # for outputs every kernel writes whole anyway.
     torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     torch.backends.cudnn.deterministic = enabled
     torch.backends.cudnn.benchmark = not enabled  # autotuning picks kernels by timing: not repeatable

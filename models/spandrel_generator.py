@@ -118,8 +118,9 @@ class BuildBudget(TorchFunctionMode):
     """The elements of the tensors made while spandrel builds a network,
     counted as each is made, the build stopped past `limit`. spandrel reads an
     architecture's widths from a few of the file's shapes and builds the whole
-    network before it loads the file's tensors: a 359 KB SPAN file declaring
-    2000 channels took 81 s and 13 GB before spandrel refused it. A file whose
+    network before it loads the file's tensors, so a small file declaring
+    huge widths costs minutes and gigabytes before spandrel refuses it
+    (tests/hostile/test_weight_files.py holds the case). A file whose
     network loads holds every one of its numbers, so twice the file's count
     and a slack bound every honest build. A tensor is counted once made:
     made, not yet written (its initialisation comes after), it costs only
