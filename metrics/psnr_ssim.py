@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from srgan.configs.schema import METRIC_NAMES
 from srgan.files.errors import SrganError
-from srgan.inference.learned_metrics import BACKBONES, LearnedMetric
+from srgan.metrics.learned import BACKBONES, LearnedMetric
 
 CONVENTION = "Y channel (BT.601, MATLAB rgb2ycbcr), {scale} px border shaved, 8-bit"
 
@@ -64,7 +64,7 @@ def ssim_y(sr8: torch.Tensor, hr8: torch.Tensor, border: int) -> float:
     return ssim_map.mean().item()
 
 
-# ---- the metrics by name: PSNR and SSIM above, LPIPS and DISTS in learned_metrics.py ----
+# ---- the metrics by name: PSNR and SSIM above, LPIPS and DISTS in learned.py ----
 
 LOWER_IS_BETTER = frozenset(BACKBONES)  # the learned distances; PSNR and SSIM: higher is better
 
