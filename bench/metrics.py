@@ -10,7 +10,7 @@ from srgan.bench.machine import machine
 from srgan.configs import Config
 from srgan.data import open_images
 from srgan.files.errors import SrganError
-from srgan.inference.metrics import ImageScores
+from srgan.metrics import ImageScores
 from srgan.models import build_generator, resolve_runtime
 from srgan.training.validation import checked_validation_set, validate
 

@@ -249,7 +249,7 @@ def metrics(
 ) -> None:
     """Validation seconds an image with PSNR/SSIM alone and with each learned metric added (needs their weights)."""
     from srgan.configs import load_config
-    from srgan.inference.metrics import parse_metric_names
+    from srgan.metrics import parse_metric_names
 
     names = [n for n in parse_metric_names(extra, "--metrics") if n not in ("psnr", "ssim")]
     resolved = load_config(config, overrides or [])

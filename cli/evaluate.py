@@ -68,7 +68,7 @@ def compare(
     from srgan.files import check_output
     from srgan.files.errors import SrganError
     from srgan.inference.compare import compare_picture
-    from srgan.inference.metrics import CONVENTION, ImageScores, parse_metric_names
+    from srgan.metrics import CONVENTION, ImageScores, parse_metric_names
 
     if output.suffix.lower() != ".png":
         raise SrganError(f"-o {output}: expected a file name ending in .png")
@@ -119,7 +119,7 @@ def evaluate(
     """PSNR/SSIM (and LPIPS, DISTS) of SR and of bicubic per image and on average, as the literature computes them."""
     from srgan.files import check_output, write_text
     from srgan.inference.evaluate import evaluate_folders, format_table
-    from srgan.inference.metrics import ImageScores, parse_metric_names
+    from srgan.metrics import ImageScores, parse_metric_names
 
     names = parse_metric_names(metrics, "--metrics")
     if json_path is not None:

@@ -54,7 +54,7 @@ def plot(
     the legend naming the settings in which the runs differ (needs matplotlib)."""
     from srgan.configs import Config
     from srgan.files.errors import SrganError
-    from srgan.inference.metrics import parse_metric_names
+    from srgan.metrics import parse_metric_names
     from srgan.training.logs import read_run_logs
     from srgan.training.runs import find_runs, read_run_config, run_labels
 

@@ -270,7 +270,7 @@ class LrSchedule:
     warmup_steps: int = 0
 
 
-# Image quality metrics (inference/metrics.py): PSNR and SSIM on Y; LPIPS (AlexNet;
+# Image quality metrics (metrics/): PSNR and SSIM on Y; LPIPS (AlexNet;
 # lpips_vgg: VGG16) and DISTS, learned distances on RGB that need ImageNet weights.
 MetricName = Literal["psnr", "ssim", "lpips", "lpips_vgg", "dists"]
 METRIC_NAMES: tuple[str, ...] = get_args(MetricName)

@@ -21,8 +21,8 @@ from srgan.files import check_output
 from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import not_found
 from srgan.inference.imageio import write_png
-from srgan.inference.metrics import ImageScores
 from srgan.inference.upscale import upscale_rgb8
+from srgan.metrics import ImageScores
 from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")

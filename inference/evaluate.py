@@ -21,8 +21,8 @@ from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import note_read
 from srgan.files.reading import not_found
 from srgan.inference.compare import bicubic_upscale, model_input, scored_hr
-from srgan.inference.metrics import CONVENTION, LOWER_IS_BETTER, ImageScores
 from srgan.inference.upscale import inference_network, upscale_pixels
+from srgan.metrics import CONVENTION, LOWER_IS_BETTER, ImageScores
 from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")

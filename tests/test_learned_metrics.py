@@ -1,4 +1,4 @@
-"""LPIPS and DISTS (inference/learned_metrics.py) against their authors'
+"""LPIPS and DISTS (metrics/learned.py) against their authors'
 packages on the same images and the same backbone weights: torchvision
 files of random weights written here into a temporary TORCH_HOME, where
 torchvision's loader looks (nothing is downloaded). Then the paths that use
@@ -80,7 +80,7 @@ def test_lpips_is_the_authors_on_inputs_scaled_to_minus_one_one(cached_weights, 
     is checked, not only the plumbing."""
     import lpips
 
-    from srgan.inference.learned_metrics import LearnedMetric
+    from srgan.metrics.learned import LearnedMetric
 
     ours = LearnedMetric(metric, torch.device("cpu"), "--metrics").distance(*pair)
     reference = lpips.LPIPS(net=net, pnet_rand=True, verbose=False).eval()
@@ -102,7 +102,7 @@ def test_dists_is_the_authors_package(cached_weights, pair):
     through torchvision and takes [0, 1]."""
     from DISTS_pytorch import DISTS
 
-    from srgan.inference.learned_metrics import LearnedMetric
+    from srgan.metrics.learned import LearnedMetric
 
     ours = LearnedMetric("dists", torch.device("cpu"), "--metrics").distance(*pair)
     sr, hr = (image[None].float() / 255 for image in pair)
@@ -115,7 +115,7 @@ def test_dists_is_the_authors_package(cached_weights, pair):
 
 def test_evaluate_reports_learned_metrics_per_image_and_in_json(cached_weights, tmp_path, pair):
     from srgan.inference.compare import bicubic_upscale
-    from srgan.inference.learned_metrics import LearnedMetric
+    from srgan.metrics.learned import LearnedMetric
 
     folder = tmp_path / "set"
     folder.mkdir()
@@ -319,7 +319,7 @@ def test_a_backbone_file_whose_hash_is_not_its_names_is_said_where_the_score_is(
     JSON, never silence. The file is hashed once per process."""
     import hashlib
 
-    from srgan.inference import learned_metrics
+    from srgan.metrics import learned as learned_metrics
 
     folder = tmp_path / "set"
     folder.mkdir()

@@ -11,7 +11,7 @@ from PIL import Image
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 from conftest import bare_checkpoint, run_cli, skimage_photo
-from srgan.inference.metrics import psnr_y, rgb8_to_y, ssim_y
+from srgan.metrics.psnr_ssim import psnr_y, rgb8_to_y, ssim_y
 
 SET5 = Path(__file__).parent / "data" / "Set5"
 

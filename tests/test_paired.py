@@ -21,7 +21,7 @@ from srgan.data.paired import PairedCrops, PairedImages, PairedValImages, folder
 from srgan.files.errors import SrganError
 from srgan.inference.compare import mod_crop
 from srgan.inference.evaluate import evaluate_folders
-from srgan.inference.metrics import ImageScores, psnr_y, quantize
+from srgan.metrics import ImageScores, psnr_y, quantize
 from srgan.models import Generator, Runtime
 from srgan.training.validation import bicubic_upscale, checked_validation_set
 

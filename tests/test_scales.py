@@ -15,7 +15,7 @@ from srgan.configs import load_config
 from srgan.data import bicubic_downscale
 from srgan.files.errors import SrganError
 from srgan.inference.compare import mod_crop
-from srgan.inference.metrics import shave
+from srgan.metrics.psnr_ssim import shave
 from srgan.models import Generator
 from srgan.training import train
 

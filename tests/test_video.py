@@ -17,8 +17,8 @@ import test_upscale
 from conftest import run_cli, skimage_photo
 from srgan.bench.video import panning_frames, write_clip
 from srgan.inference import video
-from srgan.inference.metrics import psnr_y
 from srgan.inference.upscale import upscale_rgb8
+from srgan.metrics import psnr_y
 from srgan.models import Runtime
 from test_upscale import random_generator
 

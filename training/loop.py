@@ -30,8 +30,8 @@ from srgan.data.paired import open_image_set, training_crops
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.files.errors import SrganError, first_line
-from srgan.inference.metrics import ImageScores, better, worst_score
 from srgan.losses import GeneratorCriterion
+from srgan.metrics import ImageScores, better, worst_score
 from srgan.models import (
     Runtime,
     SRGenerator,

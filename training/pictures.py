@@ -15,7 +15,7 @@ from srgan.data.paired import PairedValImages, aligned_centre_crop
 from srgan.data.sheets import GAP, side_by_side
 from srgan.files import check_output, write_file
 from srgan.inference.imageio import write_png
-from srgan.inference.metrics import quantize
+from srgan.metrics import quantize
 from srgan.models import Runtime
 from srgan.training.logs import is_number, read_run_logs
 from srgan.training.validation import bicubic_upscale

@@ -10,7 +10,7 @@ import torch
 
 from srgan.configs import Config, config_from_dict, config_to_dict
 from srgan.files.errors import SrganError
-from srgan.inference.metrics import worst_score
+from srgan.metrics import worst_score
 from srgan.models.checkpoint import as_tuples
 from srgan.training.distributed import unwrap
 from srgan.training.ema import GeneratorEMA

@@ -14,8 +14,8 @@ from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import FolderImages, PreparedImages, ValImages
 from srgan.data.paired import PairedImages, validation_images
 from srgan.files.errors import SrganError
-from srgan.inference.metrics import ImageScores, quantize
 from srgan.inference.upscale import inference_network, upscale_pixels
+from srgan.metrics import ImageScores, quantize
 from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")

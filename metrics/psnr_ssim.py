@@ -7,14 +7,9 @@ border, from 8-bit images (SR rounded as when it is saved). SSIM uses an
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-
-from srgan.configs.schema import METRIC_NAMES
-from srgan.files.errors import SrganError
-from srgan.inference.learned_metrics import BACKBONES, LearnedMetric
 
 CONVENTION = "Y channel (BT.601, MATLAB rgb2ycbcr), {scale} px border shaved, 8-bit"
 
@@ -62,53 +57,3 @@ def ssim_y(sr8: torch.Tensor, hr8: torch.Tensor, border: int) -> float:
     cov = F.conv2d(a * b, window) - mu_a * mu_b
     ssim_map = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
     return ssim_map.mean().item()
-
-
-# ---- the metrics by name: PSNR and SSIM above, LPIPS and DISTS in learned_metrics.py ----
-
-LOWER_IS_BETTER = frozenset(BACKBONES)  # the learned distances; PSNR and SSIM: higher is better
-
-
-def worst_score(metric: str) -> float:
-    """What any first score beats: the start of a best-so-far."""
-    return math.inf if metric in LOWER_IS_BETTER else -math.inf
-
-
-def better(metric: str, value: float, best: float) -> bool:
-    """Whether `value` beats `best` for `metric` (lower is better for the learned ones)."""
-    return value < best if metric in LOWER_IS_BETTER else value > best
-
-
-def parse_metric_names(text: str, key: str) -> list[str]:
-    """`psnr,ssim,lpips` -> the names, each known, in the order given."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in METRIC_NAMES]
-    if unknown or not names:
-        raise SrganError(
-            f"{key}: unknown metric {', '.join(unknown) or repr(text)}; expected some of {', '.join(METRIC_NAMES)}"
-        )
-    return list(dict.fromkeys(names))
-
-
-class ImageScores:
-    """The chosen metrics of an SR image against its HR, by name. The learned
-    ones load their networks here, before any work (SrganError naming the
-    missing file); `key` names the option that chose them."""
-
-    def __init__(self, names: Sequence[str], device: torch.device, key: str):
-        self.names = tuple(names)
-        self.learned = {name: LearnedMetric(name, device, key) for name in self.names if name in BACKBONES}
-        # what a report of these scores must say: backbone files that are not torchvision's
-        self.warnings = [metric.warning for metric in self.learned.values() if metric.warning]
-
-    def __call__(self, sr8: torch.Tensor, hr8: torch.Tensor, border: int) -> dict[str, float]:
-        """Two 3xHxW uint8 images: PSNR/SSIM on Y with `border` px shaved, the learned ones on RGB, whole."""
-        scores = {}
-        for name in self.names:
-            if name == "psnr":
-                scores[name] = psnr_y(sr8, hr8, border)
-            elif name == "ssim":
-                scores[name] = ssim_y(sr8, hr8, border)
-            else:
-                scores[name] = self.learned[name].distance(sr8, hr8)
-        return scores
