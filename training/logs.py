@@ -25,13 +25,14 @@ import torch
 from srgan.files import DiskFull, parse_json, read_regular_text, write_text
 from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.files.errors import SrganError
+from srgan.metrics.learned import BACKBONES
 
 log = logging.getLogger("srgan")
 
 LOSS_TERMS = ("image", "adversarial", "perceptual", "tv")
 EPOCH_COLUMNS = ("epoch", "step", "d_loss", "g_loss", "d_score", "g_score", *LOSS_TERMS, "psnr", "ssim", "seconds")
 VALIDATION_COLUMNS = ("epoch", "step", "psnr", "ssim", "bicubic_psnr", "bicubic_ssim")
-LEARNED_METRICS = ("lpips", "lpips_vgg", "dists")  # each chosen one adds its column and bicubic's, in this order
+LEARNED_METRICS = tuple(BACKBONES)  # each chosen one adds its column and bicubic's, in this order
 
 
 def epoch_columns(val_metrics: Sequence[str]) -> tuple[str, ...]:
