@@ -35,14 +35,9 @@ from srgan.files.atomic import temporary_path
 from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import note_listed
 from srgan.inference.imageio import resize
+from srgan.inference.tile_grid import to_output_pixels
 from srgan.inference.tile_pad import tile_pad
-from srgan.inference.tiles import (
-    activation_budget,
-    activation_bytes_per_pixel,
-    auto_tile,
-    to_output_pixels,
-    upscale_tiled,
-)
+from srgan.inference.tiles import activation_budget, activation_bytes_per_pixel, auto_tile, upscale_tiled
 from srgan.models import Runtime, SRGenerator
 
 if TYPE_CHECKING:  # upscale.py imports this module; PyAV is optional
