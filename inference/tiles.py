@@ -1,6 +1,7 @@
 """Upscaling an image tile by tile: tiles sized to the memory budget (on the
 CPU a share of the memory available, on CUDA of the GPU's free memory), and
-a CUDA out-of-memory error answered with tiles half the size. The grid and
+a CUDA out-of-memory error answered with tiles half the size; and the check
+that an upscaled image fits in the memory available at all. The grid and
 the pasting of the tiles' outputs: inference/tile_grid.py; the context each
 tile reads: inference/tile_pad.py."""
 
@@ -53,6 +54,28 @@ def available_ram() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def check_upscale_memory(
+    source: Path | str, width: int, height: int, itemsize: int, scale: int, outscale: float | None
+) -> None:
+    """Refuse an image whose upscaled arrays would not fit in the memory the
+    system has available, before allocating them (the output is held whole:
+    4000x3000 at x4 is 576 MB of RGB, --outscale 2000 would be terabytes)."""
+    available = available_ram()
+    if available is None:
+        return
+    needed = width * height * 3 * 4  # the input as float32
+    needed += width * height * scale**2 * 4 * itemsize  # the network's output (RGB + alpha)
+    if outscale is not None and outscale != scale:
+        needed += round(width * outscale) * round(height * outscale) * 4 * itemsize  # the resized copy
+    if needed > 0.8 * available:
+        final = outscale or scale
+        raise SrganError(
+            f"{source}: the {round(width * final)}x{round(height * final)} result needs about {needed / 2**30:.1f} GiB "
+            f"of memory, more than the {available / 2**30:.1f} GiB available (use a smaller --outscale, "
+            "or cut the image into parts)"
+        )
 
 
 def fits_whole(generator: SRGenerator, runtime: Runtime, height: int, width: int) -> bool:
