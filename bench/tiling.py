@@ -6,7 +6,7 @@ for the same weights: the figures behind docs/tiling.md.
     python -m srgan.bench.tiling -k runs/my-rrdb-run --pads 8,16,32
 
 One interior cell of `--cell` LR pixels, in the middle of a real photo,
-is upscaled as srgan's tiler upscales a tile (inference/tiles.py: context
+is upscaled as srgan's tiler upscales a tile (inference/tile_grid.py: context
 clipped to the image and aligned to the generator's unshuffle groups) for
 each pad, and compared with the same pixels of the whole-image output: the
 largest difference in 8-bit levels (1 = 1/255) and the share of the cell's
@@ -34,7 +34,7 @@ DEFAULT_PADS = (0, 2, 4, 6, 8, 12, 16, 24, 32, 48)
 def seam_table(generator: SRGenerator, image: torch.Tensor, cell: int, pads: list[int]) -> list[dict]:
     """Per pad: the largest |tiled - whole| over the central cell's output,
     in 8-bit levels, and the share of its 8-bit pixels that differ."""
-    from srgan.inference.tiles import Tile, _paste_tiles
+    from srgan.inference.tile_grid import Tile, paste_tiles
     from srgan.models import Runtime
 
     runtime = Runtime(torch.device("cpu"), "fp32", channels_last=False)
@@ -45,7 +45,7 @@ def seam_table(generator: SRGenerator, image: torch.Tensor, cell: int, pads: lis
     left = (width - cell) // 2 // align * align
     whole = np.empty((height * scale, width * scale, 3), np.float32)
     with torch.inference_mode():
-        _paste_tiles(generator, image, runtime, whole, [Tile(0, height, 0, width, 0, height, 0, width)], None)
+        paste_tiles(generator, image, runtime, whole, [Tile(0, height, 0, width, 0, height, 0, width)], None)
     rows, out = [], np.empty_like(whole)
     region = (slice(scale * top, scale * (top + cell)), slice(scale * left, scale * (left + cell)))
     for pad in pads:
@@ -60,7 +60,7 @@ def seam_table(generator: SRGenerator, image: torch.Tensor, cell: int, pads: lis
             min(width, left + cell + pad),
         )
         with torch.inference_mode():
-            _paste_tiles(generator, image, runtime, out, [tile], None)
+            paste_tiles(generator, image, runtime, out, [tile], None)
         diff = np.abs(out[region] - whole[region]).max() * 255
         levels = lambda a: np.round(np.clip(a, 0, 1) * 255)  # noqa: E731 (what a PNG would hold)
         changed = float((levels(out[region]) != levels(whole[region])).any(axis=-1).mean())

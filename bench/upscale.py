@@ -18,8 +18,8 @@ from PIL import Image
 from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
 from srgan.files.errors import SrganError, first_line
 from srgan.inference.tile_pad import tile_pad
-from srgan.inference.tiles import auto_tile, available_ram, needs_tiles, upscale_tiled
-from srgan.inference.upscale import check_upscale_memory, inference_network, upscale_pixels
+from srgan.inference.tiles import auto_tile, available_ram, check_upscale_memory, needs_tiles, upscale_tiled
+from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
 
 

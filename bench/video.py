@@ -19,8 +19,9 @@ import numpy as np
 from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
 from srgan.bench.upscale import test_photo
 from srgan.inference import video
+from srgan.inference.options import UpscaleOptions
 from srgan.inference.tile_pad import tile_pad
-from srgan.inference.upscale import UpscaleOptions, inference_network
+from srgan.inference.upscale import inference_network
 from srgan.inference.video import frames_per_forward, require_av, upscale_batch, upscale_video
 from srgan.models import Runtime, SRGenerator
 

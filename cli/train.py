@@ -111,39 +111,7 @@ def samples(
 ) -> None:
     """Copy the built-in sample photos (builtin:samples) into FOLDER/train and FOLDER/val, and a held-out
     set no preset trains on into FOLDER/heldout/photos and FOLDER/heldout/synthetic."""
-    import io
+    from srgan.data.samples import write_samples
 
-    import numpy as np
-    from PIL import Image
-
-    from srgan.data.heldout import HELDOUT_PHOTOS, SYNTHETIC, synthetic_images
-    from srgan.data.samples import TRAIN_SAMPLES, VAL_SAMPLES, sample_paths, skimage_file
-    from srgan.files import check_output, write_bytes
-
-    # (source, target): a photo copied as it is, or, for the held-out set, a
-    # photo or a drawn image written as an RGB PNG (what evaluate scores).
-    plan: list[tuple[Path, Path]] = [
-        (source, folder / part / f"{name}{source.suffix}")
-        for part, names in (("train", TRAIN_SAMPLES), ("val", VAL_SAMPLES))
-        for name, source in zip(names, sample_paths(names), strict=True)
-    ]
-    heldout = folder / "heldout"
-    photo_targets = {name: heldout / "photos" / f"{name}.png" for name in HELDOUT_PHOTOS}
-    synthetic_targets = {name: heldout / "synthetic" / f"{name}.png" for name in SYNTHETIC}
-    for source, target in plan:  # all refused or none written, before anything is decoded or drawn
-        check_output(target, force, inputs=(source,))
-    for target in (*photo_targets.values(), *synthetic_targets.values()):
-        check_output(target, force)
-    for source, target in plan:
-        write_bytes(target, source.read_bytes(), overwrite=force, inputs=(source,))
-        typer.echo(target)
-    rgb = [
-        (np.asarray(Image.open(skimage_file(file)).convert("RGB")), photo_targets[name])
-        for name, file in HELDOUT_PHOTOS.items()
-    ]
-    rgb += [(pixels, synthetic_targets[name]) for name, pixels in synthetic_images().items()]
-    for pixels, target in rgb:
-        buffer = io.BytesIO()
-        Image.fromarray(pixels).save(buffer, format="PNG")
-        write_bytes(target, buffer.getvalue(), overwrite=force)
+    for target in write_samples(folder, force):
         typer.echo(target)

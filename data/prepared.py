@@ -37,6 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from srgan.data.images import MAX_IMAGE_PIXELS, find_images, try_load_rgb8
+from srgan.data.pairing import fit_hr_to_lr, folder_pairs
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS, dead_writers_temporaries, publish_folder, temporary_name
 from srgan.files.errors import SrganError, first_line
@@ -224,7 +225,7 @@ def prepare_dataset(
     trained on) into a prepared dataset at `out`; a file that cannot be
     decoded is skipped with one warning. With `lr_folder` (and `scale`): a
     paired set of one HR folder's images and their LR partners, matched as
-    data.train_lr matches them (srgan.data.paired). Returns counts for the
+    data.train_lr matches them (srgan.data.pairing). Returns counts for the
     summary."""
     out = Path(out)
     decode: Callable[[Any], list[np.ndarray] | None] = _decode_one
@@ -232,8 +233,6 @@ def prepare_dataset(
         paths = _source_images(sources)
         jobs: list = paths
     else:
-        from srgan.data.paired import folder_pairs  # paired.py imports this module
-
         if len(sources) != 1 or not Path(sources[0]).expanduser().is_dir():
             raise SrganError("--lr: pairs need exactly one folder of HR images (their partners match by relative path)")
         if scale is None or not 1 <= scale <= MAX_PAIRED_SCALE:
@@ -296,8 +295,6 @@ def _decode_one(path: Path) -> list[np.ndarray] | None:
 def _decode_pair(pair: tuple[Path, Path], scale: int) -> list[np.ndarray] | None:
     """[HR cut to LR x scale, LR], or None (with a warning) for a pair that
     does not decode or whose sizes disagree with the scale."""
-    from srgan.data.paired import fit_hr_to_lr  # paired.py imports this module
-
     hr, lr = try_load_rgb8(pair[0]), try_load_rgb8(pair[1])
     if hr is None or lr is None:
         return None

@@ -15,7 +15,7 @@ from srgan.data import bicubic_downscale, load_rgb8
 from srgan.data.datasets import low_resolution
 from srgan.data.degradations import named_generator
 from srgan.data.images import IMAGE_EXTENSIONS
-from srgan.data.paired import fit_hr_to_lr
+from srgan.data.pairing import fit_hr_to_lr
 from srgan.data.sheets import side_by_side
 from srgan.files import check_output
 from srgan.files.errors import SrganError, first_line

@@ -16,7 +16,7 @@ import torch
 from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import find_images, load_rgb8
 from srgan.data.images import IMAGE_EXTENSIONS
-from srgan.data.paired import folder_pairs
+from srgan.data.pairing import folder_pairs
 from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import note_read
 from srgan.files.reading import not_found

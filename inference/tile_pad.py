@@ -11,7 +11,7 @@ The probe: a synthetic LR image (dead leaves: overlapping discs of random
 colours and sizes from 1 pixel to a quarter of the image, the stand-in for
 natural images that camera tests use: edges at every scale, flat areas
 between them), fixed by a seed. Its top-left cell of CELL pixels is
-upscaled by the tiler itself (inference/tiles.py) from the context
+upscaled by the tiler itself (inference/tile_grid.py) from the context
 [0, CELL + pad) on both axes, for growing pads, and compared with the same
 cell upscaled from a larger context (REFERENCE_GAP further, or the
 receptive radius, where tiles are exact): the seam of a pad is the largest
@@ -46,7 +46,7 @@ import torch
 from srgan.files import parse_json, read_regular_text, write_text
 from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import own
-from srgan.inference.tiles import Tile, _paste_tiles
+from srgan.inference.tile_grid import Tile, paste_tiles
 from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")
@@ -165,7 +165,7 @@ def _upscale_corner(network: SRGenerator, runtime: Runtime, image: torch.Tensor,
     side = min(cell + pad, image.shape[1])
     fp32 = dataclasses.replace(runtime, precision="fp32")
     with torch.inference_mode():
-        _paste_tiles(network, image, fp32, out, [Tile(0, cell, 0, cell, 0, side, 0, side)], None)
+        paste_tiles(network, image, fp32, out, [Tile(0, cell, 0, cell, 0, side, 0, side)], None)
     return out
 
 

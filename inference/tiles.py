@@ -1,30 +1,22 @@
-"""Running a generator over an image tile by tile.
-
-Each tile reads its own cells plus `pad` LR pixels of context on every side
-(clipped at the image border, where the whole-image forward sees the convs'
-zero padding too) and keeps only the output of its own cells. With `pad` at
-least the generator's receptive radius every kept output pixel saw exactly
-the input the whole-image forward would have shown it: no seams. Below it,
-how large the seams are depends on the weights: the pad is measured on the
-network (inference/tile_pad.py, docs/tiling.md). Peak memory is set by the
-tile; the output is a preallocated integer array that each tile is
-converted into as it is pasted.
-"""
+"""Upscaling an image tile by tile: tiles sized to the memory budget (on the
+CPU a share of the memory available, on CUDA of the GPU's free memory), and
+a CUDA out-of-memory error answered with tiles half the size; and the check
+that an upscaled image fits in the memory available at all. The grid and
+the pasting of the tiles' outputs: inference/tile_grid.py; the context each
+tile reads: inference/tile_pad.py."""
 
 from __future__ import annotations
 
 import logging
 import math
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from numpy.typing import DTypeLike
-from tqdm import tqdm
 
 from srgan.files.errors import SrganError
+from srgan.inference.tile_grid import paste_tiles, tile_grid
+from srgan.inference.tile_pad import tile_pad
 from srgan.models import Runtime, SRGenerator
 
 log = logging.getLogger("srgan")
@@ -34,44 +26,6 @@ CPU_BUDGET = 1536 * 2**20  # activation bytes on the CPU, at most...
 CPU_SHARE = 0.25  # ...and at most this share of the memory the system has available
 CUDA_SHARE = 0.6  # of the GPU's free memory (the rest: allocator slack, cuDNN workspaces)
 ACTIVATION_SAFETY = 1.5  # measured peak / the estimate below is 1.2-1.4 on CPU
-LUMA = (0.299, 0.587, 0.114)  # BT.601, to bring a grayscale image back to one channel
-
-
-@dataclass(frozen=True)
-class Tile:
-    """One cell of the grid, in LR pixels: rows top:bottom and columns
-    left:right are its own; the context rows/columns are what it reads."""
-
-    top: int
-    bottom: int
-    left: int
-    right: int
-    context_top: int
-    context_bottom: int
-    context_left: int
-    context_right: int
-
-
-def tile_grid(height: int, width: int, tile: int, pad: int, align: int = 1) -> list[Tile]:
-    """Near-equal cells of about `tile` pixels a side covering the image
-    once (0: one cell, the whole image), each with up to `pad` pixels of
-    context. Cells and contexts start on multiples of `align`: a generator
-    that pixel-unshuffles its input (rrdb x1, x2) then groups a tile's pixels
-    as it groups the whole image's."""
-
-    def spans(size: int) -> list[tuple[int, int]]:
-        count = 1 if tile <= 0 else math.ceil(size / tile)
-        edges = sorted({min(size, align * round(i * size / count / align)) for i in range(count)} | {size})
-        return list(zip(edges[:-1], edges[1:], strict=True))
-
-    def start(edge: int) -> int:
-        return max(0, edge - pad) // align * align
-
-    return [
-        Tile(top, bottom, left, right, start(top), min(height, bottom + pad), start(left), min(width, right + pad))
-        for top, bottom in spans(height)
-        for left, right in spans(width)
-    ]
 
 
 def activation_bytes_per_pixel(generator: SRGenerator, precision: str) -> int:
@@ -102,6 +56,28 @@ def available_ram() -> int | None:
     return None
 
 
+def check_upscale_memory(
+    source: Path | str, width: int, height: int, itemsize: int, scale: int, outscale: float | None
+) -> None:
+    """Refuse an image whose upscaled arrays would not fit in the memory the
+    system has available, before allocating them (the output is held whole:
+    4000x3000 at x4 is 576 MB of RGB, --outscale 2000 would be terabytes)."""
+    available = available_ram()
+    if available is None:
+        return
+    needed = width * height * 3 * 4  # the input as float32
+    needed += width * height * scale**2 * 4 * itemsize  # the network's output (RGB + alpha)
+    if outscale is not None and outscale != scale:
+        needed += round(width * outscale) * round(height * outscale) * 4 * itemsize  # the resized copy
+    if needed > 0.8 * available:
+        final = outscale or scale
+        raise SrganError(
+            f"{source}: the {round(width * final)}x{round(height * final)} result needs about {needed / 2**30:.1f} GiB "
+            f"of memory, more than the {available / 2**30:.1f} GiB available (use a smaller --outscale, "
+            "or cut the image into parts)"
+        )
+
+
 def fits_whole(generator: SRGenerator, runtime: Runtime, height: int, width: int) -> bool:
     """Whether the whole image's forward pass fits the memory budget."""
     per_pixel = activation_bytes_per_pixel(generator, runtime.precision)
@@ -123,20 +99,6 @@ def needs_tiles(generator: SRGenerator, runtime: Runtime, height: int, width: in
     if tile is None:
         return not fits_whole(generator, runtime, height, width)
     return 0 < tile < max(height, width)
-
-
-def to_output_pixels(sr: torch.Tensor, dtype: DTypeLike, gray: bool) -> np.ndarray:
-    """1x3xHxW in [0, 1] -> HxWx3 (or HxW luma when `gray`) of `dtype`:
-    uint8 and uint16 rounded to their full range, float32 as it is."""
-    sr = sr[0].float().clamp(0, 1)
-    if gray:
-        sr = torch.tensordot(sr.new_tensor(LUMA), sr, dims=1)
-    else:
-        sr = sr.permute(1, 2, 0)
-    if dtype == np.float32:
-        return sr.cpu().numpy()
-    peak = np.iinfo(dtype).max
-    return sr.mul(peak).round().to(torch.int32).cpu().numpy().astype(dtype)
 
 
 @torch.inference_mode()
@@ -163,7 +125,7 @@ def upscale_tiled(
     while True:
         try:
             grid = tile_grid(height, width, tile, pad or 0, generator.tile_align)
-            _paste_tiles(generator, image, runtime, out, grid, progress)
+            paste_tiles(generator, image, runtime, out, grid, progress)
             return
         except torch.cuda.OutOfMemoryError:
             current = min(tile, max(height, width)) if tile > 0 else max(height, width)
@@ -173,37 +135,5 @@ def upscale_tiled(
         torch.cuda.empty_cache()
         tile = max(MIN_TILE, current // 2)
         if pad is None:
-            from srgan.inference.tile_pad import tile_pad  # here: the probe upscales with this module's tiler
-
             pad = tile_pad(generator, runtime).pad
         log.warning("CUDA out of memory with %d px tiles: retrying with --tile %d", current, tile)
-
-
-def _paste_tiles(
-    generator: SRGenerator,
-    image: torch.Tensor,
-    runtime: Runtime,
-    out: np.ndarray,
-    grid: list[Tile],
-    progress: str | None,
-) -> None:
-    scale, gray = generator.scale, out.ndim == 2
-    # A bar inside the images' bar moves the cursor with ANSI codes: only on a terminal.
-    with tqdm(
-        grid,
-        desc=progress,
-        unit="tile",
-        leave=False,
-        dynamic_ncols=True,
-        disable=progress is None or len(grid) == 1 or not sys.stderr.isatty(),
-    ) as bar:
-        for t in bar:
-            lr = image[:, t.context_top : t.context_bottom, t.context_left : t.context_right]
-            with runtime.autocast():
-                sr = generator(runtime.tensor(lr[None]))
-            # Keep the output of the tile's own cells only.
-            top, left = scale * (t.top - t.context_top), scale * (t.left - t.context_left)
-            sr = sr[:, :, top : top + scale * (t.bottom - t.top), left : left + scale * (t.right - t.left)]
-            out[scale * t.top : scale * t.bottom, scale * t.left : scale * t.right] = to_output_pixels(
-                sr, out.dtype, gray
-            )

@@ -22,8 +22,9 @@ from srgan.files.inputs import note_read
 from srgan.files.reading import not_found
 from srgan.inference.fused import fuse_for_inference
 from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
+from srgan.inference.options import UpscaleOptions
 from srgan.inference.tile_pad import tile_pad
-from srgan.inference.tiles import auto_tile, available_ram, needs_tiles, upscale_tiled
+from srgan.inference.tiles import auto_tile, check_upscale_memory, needs_tiles, upscale_tiled
 from srgan.inference.video import (
     VIDEO_CONTAINERS,
     VIDEO_EXTENSIONS,
@@ -37,22 +38,6 @@ from srgan.models import Runtime, SRGenerator
 from srgan.models.runtime import is_out_of_memory
 
 log = logging.getLogger("srgan")
-
-
-@dataclass(frozen=True)
-class UpscaleOptions:
-    tile: int | None = None  # LR pixels a side; 0: the whole image at once; None: sized from free memory
-    tile_pad: int | None = None  # LR pixels of context a tile reads; None: measured (inference/tile_pad.py)
-    ext: str = "png"  # png, jpg or webp when -o is not a file name
-    quality: int = 95  # jpg and webp
-    suffix: str | None = None  # after the stem; None: _x<scale>
-    outscale: float | None = None  # final scale, resized after the network; None: the network's
-    alpha: str = "bicubic"  # how alpha is upscaled: bicubic or network
-    force: bool = False  # overwrite existing outputs
-    fp32_for_16bit: bool = False  # --precision auto: bf16 would keep only ~8 of 16 bits
-    batch: int = 4  # video frames per forward pass (fewer when they would not fit the memory budget)
-    crf: int = 18  # H.264 quality of the upscaled videos: 0 lossless ... 51 worst
-    compare: bool = False  # videos: also write <stem><suffix>_compare.mp4, bicubic | SR
 
 
 @dataclass
@@ -115,28 +100,6 @@ def upscale_files(
             continue
         report.written.append(target)
     return report
-
-
-def check_upscale_memory(
-    source: Path | str, width: int, height: int, itemsize: int, scale: int, outscale: float | None
-) -> None:
-    """Refuse an image whose upscaled arrays would not fit in the memory the
-    system has available, before allocating them (the output is held whole:
-    4000x3000 at x4 is 576 MB of RGB, --outscale 2000 would be terabytes)."""
-    available = available_ram()
-    if available is None:
-        return
-    needed = width * height * 3 * 4  # the input as float32
-    needed += width * height * scale**2 * 4 * itemsize  # the network's output (RGB + alpha)
-    if outscale is not None and outscale != scale:
-        needed += round(width * outscale) * round(height * outscale) * 4 * itemsize  # the resized copy
-    if needed > 0.8 * available:
-        final = outscale or scale
-        raise SrganError(
-            f"{source}: the {round(width * final)}x{round(height * final)} result needs about {needed / 2**30:.1f} GiB "
-            f"of memory, more than the {available / 2**30:.1f} GiB available (use a smaller --outscale, "
-            "or cut the image into parts)"
-        )
 
 
 def upscale_picture(

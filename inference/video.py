@@ -35,21 +35,21 @@ from srgan.files.atomic import temporary_path
 from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import note_listed
 from srgan.inference.imageio import resize
+from srgan.inference.options import UpscaleOptions
+from srgan.inference.tile_grid import to_output_pixels
 from srgan.inference.tile_pad import tile_pad
 from srgan.inference.tiles import (
     activation_budget,
     activation_bytes_per_pixel,
     auto_tile,
-    to_output_pixels,
+    check_upscale_memory,
     upscale_tiled,
 )
 from srgan.models import Runtime, SRGenerator
 
-if TYPE_CHECKING:  # upscale.py imports this module; PyAV is optional
+if TYPE_CHECKING:  # PyAV is optional
     from av.audio.stream import AudioStream
     from av.video.stream import VideoStream
-
-    from srgan.inference.upscale import UpscaleOptions
 
 log = logging.getLogger("srgan")
 
@@ -172,8 +172,6 @@ def upscale_video(
         if width <= 0 or height <= 0:
             raise SrganError(f"{source}: its video stream has no frame size")
         # The size the header declares, held to the image limits before a frame is decoded.
-        from srgan.inference.upscale import check_upscale_memory  # (upscale.py imports this module)
-
         check_pixels(source, width, height)
         check_upscale_memory(source, width, height, 1, network.scale, options.outscale)
         batch, tile = frames_per_forward(network, runtime, height, width, options.tile, pad, options.batch)

@@ -157,7 +157,8 @@ def test_rrdb_tiles_start_on_unshuffle_groups_and_match_the_whole_image():
     """x1 groups 4x4 input pixels: with tiles aligned to the groups and a pad
     of the receptive radius (76), tiled equals whole; tiles that start
     anywhere group other pixels, and differ."""
-    from srgan.inference.tiles import _paste_tiles, tile_grid, upscale_tiled
+    from srgan.inference.tile_grid import paste_tiles, tile_grid
+    from srgan.inference.tiles import upscale_tiled
     from srgan.models import Runtime
 
     torch.manual_seed(0)
@@ -178,7 +179,7 @@ def test_rrdb_tiles_start_on_unshuffle_groups_and_match_the_whole_image():
     upscale_tiled(g, lr, cpu, tiled, 50, pad)
     assert np.abs(tiled - whole).max() < 1e-5
     with torch.inference_mode():
-        _paste_tiles(g, lr, cpu, misaligned, tile_grid(height, width, 50, pad), None)
+        paste_tiles(g, lr, cpu, misaligned, tile_grid(height, width, 50, pad), None)
     assert np.abs(misaligned - whole).max() > 1e-3  # the test can fail: alignment matters
 
 

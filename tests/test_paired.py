@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader
 from conftest import assert_refused, bare_checkpoint, run_cli, skimage_photo
 from srgan.configs import load_config
 from srgan.data import EpochSampler, PreparedImages, ValImages, bicubic_downscale, prepare_dataset
-from srgan.data.paired import PairedCrops, PairedImages, PairedValImages, folder_pairs, open_image_set
+from srgan.data.paired import PairedCrops, PairedImages, PairedValImages, open_image_set
+from srgan.data.pairing import folder_pairs
 from srgan.files.errors import SrganError
 from srgan.inference.compare import mod_crop
 from srgan.inference.evaluate import evaluate_folders

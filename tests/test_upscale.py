@@ -10,8 +10,10 @@ from PIL import Image
 from conftest import bare_checkpoint, run_cli, skimage_photo
 from srgan.files.errors import SrganError
 from srgan.inference.imageio import Picture, read_picture, write_png16
-from srgan.inference.tiles import activation_budget, activation_bytes_per_pixel, auto_tile, tile_grid, upscale_tiled
-from srgan.inference.upscale import UpscaleOptions, upscale_picture, upscale_rgb8
+from srgan.inference.options import UpscaleOptions
+from srgan.inference.tile_grid import tile_grid
+from srgan.inference.tiles import activation_budget, activation_bytes_per_pixel, auto_tile, upscale_tiled
+from srgan.inference.upscale import upscale_picture, upscale_rgb8
 from srgan.models import Generator, Runtime
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 

@@ -9,6 +9,7 @@ and the others are listed as ever."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -18,7 +19,9 @@ from srgan.configs.loader import read_yaml_file
 from srgan.files import parse_json, read_regular_text
 from srgan.files.errors import SrganError
 from srgan.files.lock import holder_alive, read_holder
+from srgan.metrics import parse_metric_names
 from srgan.training.logs import LEARNED_METRICS, is_number, read_run_logs
+from srgan.training.pictures import draw_curves
 from srgan.training.run_folder import STATES, STATUS_NAME
 
 GAN_VALUES = ("d_loss", "g_loss", "d_score", "g_score")
@@ -91,6 +94,99 @@ def run_labels(runs: list[Path], configs: list[Config] | None = None) -> list[st
         shown if shown and settings.count(shown) == 1 else f"{run.name}" + (f" ({shown})" if shown else "")
         for run, shown in zip(runs, settings, strict=True)
     ]
+
+
+def plot_runs(
+    runs: list[Path],
+    output: Path | None,
+    force: bool = False,
+    names: list[str] | None = None,
+    psnr_only: bool = False,
+    metric: str = "psnr",
+) -> Path:
+    """`srgan plot`: draw the curves of the runs named (a folder of runs
+    stands for every run below it) into `output`, or into RUN/curves.png for
+    one run. Returns the picture's path. A broken run among several is
+    skipped with a warning saying why; raises SrganError for a run that is
+    none, a broken single run, options that disagree with the runs found, or
+    a missing matplotlib."""
+    if len(parse_metric_names(metric, "--metric")) != 1:
+        raise SrganError(f"--metric {metric}: expected one metric")
+    folders = runs_to_plot(runs)
+    if output is None and len(folders) > 1:
+        raise SrganError(f"-o: {len(folders)} runs to draw: name the picture to write, e.g. -o runs.png")
+    if output is not None and output.suffix.lower() != ".png":
+        raise SrganError(f"-o {output}: expected a file name ending in .png")
+    if names and len(names) != len(folders):
+        raise SrganError(f"--label: {len(names)} given for {len(folders)} runs; give one a run, in order")
+    drawn, series, labels = read_plotted_runs(runs, folders, names or [])
+    try:
+        return draw_curves(
+            drawn,
+            output or drawn[0] / "curves.png",
+            overwrite=output is None or force,
+            labels=labels,
+            psnr_only=psnr_only,
+            series=series,
+            metric=metric,
+        )
+    except ImportError:
+        raise SrganError("srgan plot needs matplotlib: pip install 'srgan[plot]'") from None
+
+
+def _has_metrics(folder: Path) -> bool:
+    """Whether `folder` is a run to plot: whatever its metrics.jsonl is (a FIFO
+    in its place makes a broken run, said so when it is read)."""
+    return os.path.lexists(folder / "metrics.jsonl")
+
+
+def runs_to_plot(runs: list[Path]) -> list[Path]:
+    """The run folders `srgan plot` draws: each one named, or every run below
+    a folder of runs. Raises SrganError for a folder that is neither."""
+    folders = []
+    for run in runs:
+        if _has_metrics(run):
+            folders.append(run)
+        elif run.is_dir() and (found := [r for r in find_runs(run) if _has_metrics(r)]):
+            folders.extend(found)
+        else:
+            raise SrganError(f"{run}: not a run folder (no metrics.jsonl), nor a folder of runs")
+    return folders
+
+
+def read_plotted_runs(
+    runs: list[Path], folders: list[Path], names: list[str]
+) -> tuple[list[Path], list[tuple[list[dict], list[dict]]], list[str] | None]:
+    """(the runs drawn, their read_run_logs, their legend labels or None for
+    one run's own picture). A broken run among several is skipped with a
+    warning saying why, and its --label with it; the labels not given are
+    the settings in which the drawn runs differ. Raises SrganError for a
+    broken run alone, or when every run is broken."""
+    drawn: list[Path] = []
+    series: list[tuple[list[dict], list[dict]]] = []
+    configs: list[Config] = []  # for the legend, when it is made from the settings
+    kept_names: list[str] = []
+    for i, folder in enumerate(folders):
+        try:
+            logs = read_run_logs(folder)
+            config = read_run_config(folder) if len(folders) > 1 and not names else None
+        except SrganError as error:
+            if len(folders) == 1:
+                raise
+            logging.getLogger("srgan").warning("skipping %s: %s", folder, error)
+            continue
+        drawn.append(folder)
+        series.append(logs)
+        if config is not None:
+            configs.append(config)
+        kept_names.extend(names[i : i + 1])
+    if not drawn:
+        raise SrganError(
+            f"{' '.join(map(str, runs))}: no run to draw: the {len(folders)} found are all broken "
+            "(the lines above say how)"
+        )
+    labels = kept_names or (run_labels(drawn, configs) if len(drawn) > 1 else None)
+    return drawn, series, labels
 
 
 def summarize(run: Path) -> dict:
