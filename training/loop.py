@@ -2,11 +2,12 @@
 run folder.
 
 `train()` is the whole story; `Trainer` holds one method per phase, in the
-order they run: setup (`__init__`), `fit` (the epochs), `run_epoch` (the
-steps), `step` (one update, see step.py), `end_epoch`, `validate`,
+order they run: setup (`__init__`, a step a method: inputs, runtime, data,
+networks, run folder, resume, logs, DDP), `fit` (the epochs), `run_epoch`
+(the steps), `step` (one update, see step.py), `end_epoch`, `validate`,
 `checkpoint`. What must survive a crash is written before the work that
 might crash: a checkpoint before a validation, and the progress records
-which of that work is done, so that a resumed run finishes it."""
+which of that work is done (`Ledger`), so that a resumed run finishes it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import math
 import random
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -44,8 +46,15 @@ from srgan.models import (
 from srgan.models.runtime import is_out_of_memory, set_deterministic
 from srgan.training.distributed import World, unwrap
 from srgan.training.ema import GeneratorEMA
-from srgan.training.init_from import read_init_files, start_from
-from srgan.training.logs import LEARNED_METRICS, MetricLog, NonFiniteLoss, QuietFileHandler, open_tensorboard
+from srgan.training.init_from import InitWeights, read_init_files, start_from
+from srgan.training.logs import (
+    LEARNED_METRICS,
+    MetricLog,
+    NonFiniteLoss,
+    QuietFileHandler,
+    TensorBoard,
+    open_tensorboard,
+)
 from srgan.training.pictures import SampleSheet, draw_curves
 from srgan.training.run_folder import RunFolder
 from srgan.training.signals import StopSignals, TrainingInterrupted, ignore_interrupts_in_worker
@@ -92,27 +101,56 @@ def train(config: Config, resume: Path | None = None) -> Path:
     return trainer.folder.path
 
 
+def read_inputs(config: Config, resume: Path | None) -> tuple[Config, InitWeights | None]:
+    """The config to train, and the init files' weights when it names any.
+    Refuses a `resume` that is not a run folder, before anything is built.
+    The init files may complete the network's shape, so they are read
+    first; a resume reads neither."""
+    if resume is not None:
+        resume_config(resume)
+    if resume is None and (config.model.init_from or config.gan.init_from):
+        init = read_init_files(config)
+        return init.config, init
+    return config, None
+
+
 class Trainer:
     def __init__(self, config: Config, resume: Path | None = None, world: World | None = None):
-        self.world = world = world or World()
-        if resume is not None:
-            resume_config(resume)  # a run folder, before anything is built
-        # The init files may complete the network's shape: read them first (a resume reads neither).
-        self.init = None
-        if resume is None and (config.model.init_from or config.gan.init_from):
-            self.init = read_init_files(config)
-            config = self.init.config
-        self.config = config
-        self.draws_curves = True  # until matplotlib turns out to be missing
-        t = config.train
-        self.runtime = resolve_runtime(
-            world.device(t.device), t.precision, t.channels_last, keys=("train.device", "train.precision")
+        """Set the run up, in the order a mistake should stop it: the inputs
+        and the data before any run folder is touched, the folder's lock
+        before anything is read from it or written to it."""
+        self.world = world or World()
+        self.config, self.init = read_inputs(config, resume)
+        self.runtime = self.start_runtime()
+        self.open_data()
+        self.build_networks()
+        started = self.open_run_folder(resume)
+        try:
+            self.resume_or_start(started)
+            self.open_logs(started)
+        except BaseException:
+            self.folder.close()
+            raise
+        self.wrap_for_ddp()
+        self.start_session()
+        self.describe_setup(started)
+
+    # ---- setup, in the order __init__ runs it ------------------------------------
+
+    def start_runtime(self) -> Runtime:
+        """The device and precision, and the seeded RNGs."""
+        t = self.config.train
+        runtime = resolve_runtime(
+            self.world.device(t.device), t.precision, t.channels_last, keys=("train.device", "train.precision")
         )
         set_deterministic(t.deterministic)
         seed_everything(t.seed)
+        return runtime
 
-        # Inputs first: a mistake in them must not touch a run folder.
-        d, scale = config.data, config.model.scale
+    def open_data(self) -> None:
+        """The training crops and their loader, the validation set and its
+        bicubic scores. A mistake in them must not touch a run folder."""
+        d, t, scale = self.config.data, self.config.train, self.config.model.scale
         train_images = open_image_set(
             d.train, d.train_lr, "data.train", "data.train_lr", scale, d.crop_size, d.cache_mb
         )
@@ -128,56 +166,93 @@ class Trainer:
                 val_images, scale, d.val_max_size, self.scores, degradation, t.seed
             )
         self.dataset = training_crops(train_images, d.crop_size, scale, d.repeat, t.seed, degradation)
-        self.sampler = EpochSampler(len(self.dataset), config.data.batch_size, t.seed, world.rank, world.size)
+        self.sampler = EpochSampler(len(self.dataset), d.batch_size, t.seed, self.world.rank, self.world.size)
         self.loader = DataLoader(
             self.dataset,
-            batch_size=config.data.batch_size,
+            batch_size=d.batch_size,
             sampler=self.sampler,
-            num_workers=config.data.workers,
+            num_workers=d.workers,
             pin_memory=self.runtime.device.type == "cuda",
-            persistent_workers=config.data.workers > 0,
+            persistent_workers=d.workers > 0,
             worker_init_fn=ignore_interrupts_in_worker,
             drop_last=True,
         )
-        self.parts = build_parts(config, self.runtime)
-        self.ema = GeneratorEMA(self.parts.generator, t.ema_decay) if t.ema_decay > 0 else None
-        self.gan = config.loss.weights.adversarial > 0  # else SRResNet training: D is never updated
 
-        # The run folder, locked from here on by rank 0, which alone writes
-        # it: a new one, or the resumed one with its files cut back to the
-        # checkpoint. Every rank reads the checkpoint.
+    def build_networks(self) -> None:
+        """The networks, criterion and optimizers (see build_parts), and the generator's EMA."""
+        t = self.config.train
+        self.parts = build_parts(self.config, self.runtime)
+        self.ema = GeneratorEMA(self.parts.generator, t.ema_decay) if t.ema_decay > 0 else None
+        self.gan = self.config.loss.weights.adversarial > 0  # else SRResNet training: D is never updated
+
+    def open_run_folder(self, resume: Path | None) -> bool:
+        """The run folder, locked from here on by rank 0, which alone writes
+        it: a new one, or the resumed one with its files cut back to the
+        checkpoint. Returns whether it holds a checkpoint to resume from."""
+        t = self.config.train
         self.folder = RunFolder(
-            Path(resume) if resume is not None else Path(world.broadcast(t.run_dir or str(default_run_dir(config))))
+            Path(resume)
+            if resume is not None
+            else Path(self.world.broadcast(t.run_dir or str(default_run_dir(self.config))))
         )  # one timestamp for all ranks
-        self.tensorboard = None
-        started = world.run_on_main(lambda: self.folder.open(resuming=resume is not None))
-        try:
-            self.progress = self.restore_or_start(started)
-            self.metrics = MetricLog(
-                self.folder.path,
-                write=world.is_main,
-                reduce=world.mean,
-                extra={"world_size": world.size},
-                val_metrics=t.val_metrics,
-            )
-            if started:
-                self.resume_logs()
-            if world.is_main:  # everything it resumes from checked: now the folder may change
-                self.folder.write_config(config)
-                attach_log_file(self.folder.path / "train.log")
-                self.tensorboard = open_tensorboard(self.folder.path) if t.tensorboard else None
-                self.metrics.tensorboard = self.tensorboard
-        except BaseException:
-            self.folder.close()
-            raise
-        # The networks the step runs: under DDP on several ranks (see distributed.py).
-        self.parts.generator = world.wrap(self.parts.generator, t.sync_bn)
-        self.parts.discriminator = world.wrap(self.parts.discriminator, t.sync_bn)
+        self.tensorboard: TensorBoard | None = None
+        return self.world.run_on_main(lambda: self.folder.open(resuming=resume is not None))
+
+    def resume_or_start(self, started: bool) -> None:
+        """The progress of the checkpoint in the run folder (its weights,
+        optimizer and RNG states loaded; every rank reads it), or a fresh
+        start (from the init files when given)."""
+        if not started:
+            if self.init is not None:
+                start_from(self.init, self.parts.generator, self.parts.discriminator)
+                if self.ema is not None:
+                    self.ema.model.load_state_dict(self.parts.generator.state_dict())
+            best_by = self.config.train.best_by
+            self.progress = Progress(best_by=best_by, best_value=worst_score(best_by))
+        else:
+            state = load_checkpoint(self.folder.last)
+            check_same_architecture(state["config"], self.config, str(self.folder.last))
+            self.changes = changed_settings(state["config"], self.config)  # listed once the log file is open
+            self.progress = restore(state, self.parts, self.ema, self.config.train.best_by)
+        self.ledger = Ledger(self.progress, self.sampler)
+
+    def open_logs(self, started: bool) -> None:
+        """metrics.jsonl and epochs.csv (cut back to the checkpoint when
+        resuming), then, on rank 0, config.yaml, train.log and TensorBoard:
+        everything the run resumes from is checked, now the folder may change."""
+        t = self.config.train
+        self.metrics = MetricLog(
+            self.folder.path,
+            write=self.world.is_main,
+            reduce=self.world.mean,
+            extra={"world_size": self.world.size},
+            val_metrics=t.val_metrics,
+        )
+        if started:
+            self.ledger.resume_logs(self.metrics)
+        if self.world.is_main:
+            self.folder.write_config(self.config)
+            attach_log_file(self.folder.path / "train.log")
+            self.tensorboard = open_tensorboard(self.folder.path) if t.tensorboard else None
+            self.metrics.tensorboard = self.tensorboard
+
+    def wrap_for_ddp(self) -> None:
+        """The networks the step runs: under DDP on several ranks (see distributed.py)."""
+        t = self.config.train
+        self.parts.generator = self.world.wrap(self.parts.generator, t.sync_bn)
+        self.parts.discriminator = self.world.wrap(self.parts.discriminator, t.sync_bn)
+
+    def start_session(self) -> None:
+        """The sample crops drawn each epoch, the clocks, and run.json's "running"."""
         self.sheet = SampleSheet(self.val_images) if self.val_images is not None else None
+        self.draws_curves = True  # until matplotlib turns out to be missing
         self._interval = (time.perf_counter(), 0)  # start and steps of the current metrics row
         self._session = (time.perf_counter(), self.progress.wall_seconds)  # when this session began, time before it
         self.record("running")
 
+    def describe_setup(self, started: bool) -> None:
+        """The log's account of the run about to start."""
+        world, config, t = self.world, self.config, self.config.train
         if world.distributed:
             log.info(
                 "%d ranks (%s), data.batch_size %d a rank: %d crops a step",
@@ -213,34 +288,6 @@ class Trainer:
             for warning in self.scores.warnings:  # a backbone file that is not torchvision's
                 log.warning("validation: %s", warning)
 
-    # ---- setup ------------------------------------------------------------------
-
-    def restore_or_start(self, started: bool) -> Progress:
-        """The progress of the checkpoint in the run folder (its weights,
-        optimizer and RNG states loaded), or a fresh start."""
-        if not started:
-            if self.init is not None:
-                start_from(self.init, self.parts.generator, self.parts.discriminator)
-                if self.ema is not None:
-                    self.ema.model.load_state_dict(self.parts.generator.state_dict())
-            return Progress(best_by=self.config.train.best_by, best_value=worst_score(self.config.train.best_by))
-        state = load_checkpoint(self.folder.last)
-        check_same_architecture(state["config"], self.config, str(self.folder.last))
-        self.changes = changed_settings(state["config"], self.config)  # listed once the log file is open
-        return restore(state, self.parts, self.ema, self.config.train.best_by)
-
-    def resume_logs(self) -> None:
-        p = self.progress
-        closed = self.epoch_complete() and p.closed_step == p.step
-        self.metrics.resume(
-            p.metric_state,
-            p.step,
-            keep_epochs_before=p.epoch + 1 if closed else p.epoch,
-            validated=p.validated_step == p.step,
-        )
-        if closed:
-            p.epoch, p.epoch_keys = p.epoch + 1, 0
-
     # ---- the epochs --------------------------------------------------------------
 
     def fit(self, stop: StopSignals) -> None:
@@ -271,34 +318,24 @@ class Trainer:
         """A resumed checkpoint may have been written just before work that
         then did not happen (a kill during validation, a signal on an
         epoch's last step): do it now, as the uninterrupted run did."""
-        p = self.progress
-        if p.step == 0:
+        if self.progress.step == 0:
             return
         # Both may be pending (a kill during a train.val_every validation on an
         # epoch's last step): the validation first, as the step loop runs it
         # before the epoch's end.
-        if self.validation_due() and p.validated_step != p.step:
+        if self.validation_due() and not self.ledger.validated():
             self.validate_and_checkpoint()
-        if (self.epoch_complete() and p.closed_step != p.step) or (self.done() and not self.epoch_complete()):
+        if self.ledger.epoch_end_pending(self.done()):
             self.end_epoch(started=time.perf_counter())
 
     def run_epoch(self, stop: StopSignals) -> None:
         t, p = self.config.train, self.progress
-        self.sampler.set_epoch(p.epoch, skip_keys=p.epoch_keys)
+        self.ledger.start_epoch()
         self.parts.generator.train()
         self.parts.discriminator.train()
         started = time.perf_counter()
         self._interval = (started, 0)
-        bar = tqdm(
-            total=self.sampler.steps_per_epoch,
-            initial=self.sampler.steps_per_epoch - self.sampler.steps_left(),
-            desc=f"[{p.epoch}/{self.epochs()}]",
-            disable=not self.world.is_main,
-            leave=False,
-            dynamic_ncols=True,
-            unit="step",
-            mininterval=0.1 if sys.stderr.isatty() else 60,
-        )  # into a log file: a line a minute
+        bar = self.progress_bar()
         for lr, hr in batches(self.loader):
             self.step(lr, hr)
             bar.update()
@@ -318,6 +355,19 @@ class Trainer:
         bar.close()
         self.end_epoch(started)
 
+    def progress_bar(self) -> tqdm:
+        """The epoch's bar on rank 0, from the steps the epoch has already taken."""
+        return tqdm(
+            total=self.sampler.steps_per_epoch,
+            initial=self.sampler.steps_per_epoch - self.sampler.steps_left(),
+            desc=f"[{self.progress.epoch}/{self.epochs()}]",
+            disable=not self.world.is_main,
+            leave=False,
+            dynamic_ncols=True,
+            unit="step",
+            mininterval=0.1 if sys.stderr.isatty() else 60,
+        )  # into a log file: a line a minute
+
     def step(self, lr: torch.Tensor, hr: torch.Tensor) -> None:
         """One training step on a batch: the generator alone while
         pretraining (or for SRResNet), else the alternating D/G update."""
@@ -332,8 +382,7 @@ class Trainer:
             stats = generator_step(self.parts, lr, hr)
         if self.ema is not None:
             self.ema.update(unwrap(self.parts.generator))
-        p.step += 1
-        p.epoch_keys += self.sampler.global_batch
+        self.ledger.took_step()
         self.metrics.add(p.step, stats)
         start, steps = self._interval
         self._interval = (start, steps + 1)
@@ -365,14 +414,14 @@ class Trainer:
         """The end of an epoch (or of the run, when max_steps falls inside
         one): its validation, its epochs.csv row, its checkpoints, pictures."""
         t, p = self.config.train, self.progress
-        complete = self.epoch_complete()
+        complete = self.ledger.epoch_complete()
         # The epoch's last steps since the last row, into its means before its
         # row is written (not into the next epoch's, by the checkpoint's flush).
         self.flush_row()
-        if self.val_images is not None and (not t.val_every or self.done()) and p.validated_step != p.step:
+        if self.val_images is not None and (not t.val_every or self.done()) and not self.ledger.validated():
             self.checkpoint()  # first: a crash in validation loses nothing
             self.validate()
-        scores = p.last_validation if p.last_validation.get("step") == p.step else {}
+        scores = self.ledger.scores()
         row = self.metrics.end_epoch(
             p.epoch,
             p.step,
@@ -388,7 +437,7 @@ class Trainer:
         if scores:
             summary += " " + describe_scores({k: v for k, v in scores.items() if k not in ("step", "best")})
         log.info("%s (%.1f s)", summary, row["seconds"])
-        p.closed_step = p.step
+        self.ledger.close_epoch()
         self.checkpoint(best=bool(scores.get("best")), keep_epoch=complete and p.epoch % t.checkpoint_every == 0)
         if self.world.is_main:
             if self.sheet is not None:
@@ -400,7 +449,7 @@ class Trainer:
             if self.draws_curves:
                 self.draws_curves = redraw_curves(self.folder.path, t.best_by)
         if complete:
-            p.epoch, p.epoch_keys = p.epoch + 1, 0
+            self.ledger.next_epoch()
 
     # ---- validation and checkpoints ------------------------------------------------
 
@@ -438,13 +487,12 @@ class Trainer:
             p.best_value, p.best_step = means[best_by], p.step
         bicubic = {f"bicubic_{name}": value for name, value in self.bicubic.items()}
         self.metrics.validation({"epoch": p.epoch, "step": p.step, **means, **bicubic})
-        p.validated_step = p.step
-        p.last_validation = {"step": p.step, **means, "best": improved}
+        self.ledger.record_validation(means, improved)
 
     def validate_and_checkpoint(self) -> None:
         self.checkpoint()  # first: a crash in validation loses nothing
         self.validate()
-        self.checkpoint(best=self.progress.last_validation["best"])
+        self.checkpoint(best=self.ledger.scores()["best"])
 
     def checkpoint(self, best: bool = False, keep_epoch: bool = False) -> None:
         """Write checkpoints/last.pt (and best.pt, epoch_NNN.pt) as the run
@@ -530,9 +578,6 @@ class Trainer:
         max_steps = self.config.train.max_steps
         return bool(max_steps) and self.progress.step >= max_steps
 
-    def epoch_complete(self) -> bool:
-        return self.progress.epoch_keys + self.sampler.global_batch > self.sampler.keys_per_epoch
-
     def validation_due(self) -> bool:
         every = self.config.train.val_every
         return self.val_images is not None and bool(every) and self.progress.step % every == 0
@@ -544,6 +589,85 @@ class Trainer:
             tensorboard.close()
         detach_log_file()
         self.folder.close()
+
+
+@dataclass
+class Ledger:
+    """Where the run stands in its data and which work of its current step
+    is done, kept in Progress (so in every checkpoint) for a resumed run to
+    do exactly what the uninterrupted one did: no step twice, no validation
+    or epoch end skipped or repeated. Its counters:
+
+    - `epoch_keys`: the keys of the epoch's data order consumed (a step takes
+      batch_size x ranks); in keys, not steps, so that a run resumes on
+      another number of ranks. The epoch is complete when the next step's
+      keys no longer fit in it.
+    - `validated_step`: the last step whose validation is done.
+    - `closed_step`: the last step whose epoch end (its validation, epochs.csv
+      row, checkpoints, pictures) is done.
+    - `last_validation`: the means of the validation at `validated_step`,
+      with its step and `best` (whether it improved on the best before).
+
+    A checkpoint is written just before a validation or an epoch's end, so
+    that a crash in them loses nothing: its counters then say the work is
+    still to do, and the resumed run does it first."""
+
+    progress: Progress
+    sampler: EpochSampler
+
+    def start_epoch(self) -> None:
+        """Point the sampler at the epoch's data order, past the keys already consumed."""
+        self.sampler.set_epoch(self.progress.epoch, skip_keys=self.progress.epoch_keys)
+
+    def took_step(self) -> None:
+        self.progress.step += 1
+        self.progress.epoch_keys += self.sampler.global_batch
+
+    def epoch_complete(self) -> bool:
+        return self.progress.epoch_keys + self.sampler.global_batch > self.sampler.keys_per_epoch
+
+    def next_epoch(self) -> None:
+        self.progress.epoch, self.progress.epoch_keys = self.progress.epoch + 1, 0
+
+    def validated(self) -> bool:
+        """Whether the current step's validation is done."""
+        return self.progress.validated_step == self.progress.step
+
+    def record_validation(self, means: dict[str, float], improved: bool) -> None:
+        p = self.progress
+        p.validated_step = p.step
+        p.last_validation = {"step": p.step, **means, "best": improved}
+
+    def scores(self) -> dict:
+        """The current step's validation (its means and `best`), or {} when it had none."""
+        last = self.progress.last_validation
+        return last if last.get("step") == self.progress.step else {}
+
+    def close_epoch(self) -> None:
+        """Mark the current step's epoch end done (before the checkpoint that records it)."""
+        self.progress.closed_step = self.progress.step
+
+    def epoch_end_pending(self, done: bool) -> bool:
+        """Whether the current step owes an epoch end: its epoch is complete
+        but not closed, or the run is `done` inside an epoch (whose end a
+        resumed run writes again, its row cut from the logs by resume_logs)."""
+        complete = self.epoch_complete()
+        return (complete and self.progress.closed_step != self.progress.step) or (done and not complete)
+
+    def resume_logs(self, metrics: MetricLog) -> None:
+        """Cut the run's logs back to the checkpoint: its closed epochs kept,
+        the rows of work still to do dropped (they are written again); past
+        a closed epoch's end, the next epoch is the one under way."""
+        p = self.progress
+        closed = self.epoch_complete() and p.closed_step == p.step
+        metrics.resume(
+            p.metric_state,
+            p.step,
+            keep_epochs_before=p.epoch + 1 if closed else p.epoch,
+            validated=self.validated(),
+        )
+        if closed:
+            self.next_epoch()
 
 
 def batches(loader: DataLoader):
@@ -562,6 +686,7 @@ def shutdown_workers(loader: DataLoader) -> None:
     """Stop the DataLoader's persistent worker processes now. They ignore
     SIGTERM (see signals.py), so the exit handler of multiprocessing, which
     terminates children with SIGTERM, would wait for them forever."""
+    # private: DataLoader has no public close() for persistent workers (pytorch/pytorch#71383)
     iterator = getattr(loader, "_iterator", None)
     if iterator is not None and hasattr(iterator, "_shutdown_workers"):
         iterator._shutdown_workers()  # what the iterator's own __del__ calls
