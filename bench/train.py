@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from srgan.bench.machine import machine, peak_rss_mb, synchronize
 from srgan.configs import Config
-from srgan.configs.loader import perceptual_layers
+from srgan.configs.networks import perceptual_layers
 from srgan.files.errors import SrganError
 from srgan.models import resolve_runtime
 from srgan.models.runtime import set_deterministic

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from srgan.files.errors import SrganError
 
 CONFIG_HELP = "A preset name (see `srgan config list`) or a YAML file."
@@ -22,8 +20,10 @@ PRECISION_HELP = "auto (bf16 where the device runs it fast, else fp32), fp32, bf
 
 def runtime_from_options(device: str, precision: str):
     """Check --device/--precision and resolve them (imports torch)."""
-    if re.fullmatch(r"auto|cpu|cuda(:\d{1,3})?", device) is None:
-        raise SrganError(f"--device: expected auto, cpu, cuda or cuda:K, got {device!r}")
+    from srgan.configs.checks import DEVICES, is_device  # srgan.configs imports yaml, which --help does not need
+
+    if not is_device(device):
+        raise SrganError(f"--device: expected {DEVICES}, got {device!r}")
     if precision not in ("auto", "fp32", "bf16", "fp16"):
         raise SrganError(f"--precision: expected auto, fp32, bf16 or fp16, got {precision!r}")
     from srgan.models import resolve_runtime

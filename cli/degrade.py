@@ -23,7 +23,7 @@ def degrade(
 ) -> None:
     """Write N training pairs as the config makes them: each LR crop (nearest-upscaled) beside its GT crop."""
     from srgan.configs import load_config
-    from srgan.configs.loader import MAX_SEED
+    from srgan.configs.checks import MAX_SEED
     from srgan.files import check_output
     from srgan.files.errors import SrganError
 

@@ -1,6 +1,7 @@
 """The typed configuration: every choice of a run, with the paper's SRGAN
-settings as defaults. The loader (`srgan.configs.loader`) checks a YAML
-document against these dataclasses once; the rest of the program trusts them."""
+settings as defaults. The loader (`srgan.configs.loader`) types a YAML
+document into these dataclasses and the checks (`srgan.configs.checks`)
+validate it, once; the rest of the program trusts them."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class ModelConfig:
 
 
 # The model.* keys that only some architectures have: a config naming one
-# with another arch is refused (configs/loader.py), and the config written
+# with another arch is refused (configs/checks.py), and the config written
 # into a run folder or checkpoint leaves them out.
 ARCH_KEYS = {
     "norm": ("srresnet",),

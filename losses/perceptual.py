@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from srgan.configs.loader import VGG_BLOCKS, perceptual_layers, vgg_layer_count
+from srgan.configs.networks import VGG_BLOCKS, perceptual_layers, vgg_layer_count
 from srgan.configs.schema import PerceptualConfig
 from srgan.files import read_torch_file
 from srgan.files.errors import SrganError, first_line
@@ -80,7 +80,7 @@ class VGGFeatures(nn.Module):
 
 def _layer_count(network: str, layer: str) -> int:
     count = vgg_layer_count(network, layer)
-    assert count is not None, layer  # the config's loader checked the name
+    assert count is not None, layer  # the config's checks refused another name
     return count
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from srgan.configs import Config, config_from_dict
-from srgan.configs.loader import MAX_GENERATOR_PARAMETERS
+from srgan.configs.checks import MAX_GENERATOR_PARAMETERS
 from srgan.configs.schema import ARCH_KEYS, METRIC_NAMES, ModelConfig
 from srgan.files import looks_like_safetensors, parse_json, read_safetensors_file, read_torch_file, write_file
 from srgan.files.errors import SrganError, first_line

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from srgan.configs.loader import LIMITS
+from srgan.configs.checks import LIMITS
 from srgan.files.errors import SrganError
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
@@ -218,7 +218,7 @@ def conv_shape(state: dict[str, torch.Tensor], key: str, origin: str, ndim: int 
 
 
 def within_limits(model: dict[str, Any], layout: str, origin: str) -> None:
-    """The sizes a recogniser read, against srgan's limits (configs/loader.py),
+    """The sizes a recogniser read, against srgan's limits (configs/checks.py),
     before anything is built from them: also before spandrel builds a network
     srgan's architectures do not hold, from the same few shapes."""
     for key in ("blocks", "channels", "growth"):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from srgan.configs.loader import LIMITS
+from srgan.configs.checks import LIMITS
 from srgan.files.errors import SrganError, first_line
 from srgan.models.generator import Generator
 

@@ -144,7 +144,7 @@ def test_a_deep_compact_stack_learns_from_its_first_steps():
 def test_the_loaders_rrdb_size_is_the_networks(scale, blocks, channels, growth):
     """The limit on an rrdb's size is checked before building it, on a count
     of its weights: that count is the built network's (ESRGAN's: 16,697,987)."""
-    from srgan.configs.loader import generator_parameters
+    from srgan.configs.networks import generator_parameters
 
     with torch.device("meta"):
         g = RRDBNet(scale, blocks, channels, growth)

@@ -1,10 +1,12 @@
 import dataclasses
+import subprocess
+import sys
 
 import pytest
 import yaml
 
 from srgan.configs import config_from_dict, config_to_dict, load_config, preset_names
-from srgan.configs.loader import vgg_layer_count
+from srgan.configs.networks import vgg_layer_count
 from srgan.files.errors import SrganError
 
 
@@ -127,3 +129,11 @@ def test_round_trip_through_a_plain_dict():
     c = load_config("leftthomas_x4", ["model.scale=8", "data.crop_size=96"])
     assert config_from_dict(config_to_dict(c)) == c
     assert dataclasses.asdict(c)["model"]["scale"] == 8
+
+
+def test_loading_and_checking_a_config_imports_no_torch():
+    """The network arithmetic the checks need (configs/networks.py) stays
+    below models/ and losses/, whose packages import torch."""
+    code = "import sys; from srgan.configs import load_config; load_config('esrgan_x4'); print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
