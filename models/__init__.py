@@ -4,7 +4,6 @@ discriminators), their checkpoints, and the device/precision they run in."""
 from srgan.models.build import SRGenerator, build_generator
 from srgan.models.checkpoint import (
     generator_from_checkpoint,
-    load_checkpoint,
     resolve_checkpoint_path,
     save_checkpoint,
 )
@@ -20,7 +19,6 @@ __all__ = [
     "build_discriminator",
     "build_generator",
     "generator_from_checkpoint",
-    "load_checkpoint",
     "resolve_checkpoint_path",
     "resolve_runtime",
     "save_checkpoint",

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 # recognised in a community file (models/spandrel_generator.py).
 SRGenerator = Generator | RRDBNet | SRVGGNetCompact | SpandrelGenerator
 
+# The model.* keys that fix the shapes of the networks' weights (each arch has
+# only its own of them: configs.schema.ARCH_KEYS); DISCRIMINATOR_KEYS shape the
+# discriminator, the others the generator.
+ARCHITECTURE_KEYS = ("arch", "scale", "blocks", "channels", "growth", "d_channels", "norm", "residual", "res_scale")
+DISCRIMINATOR_KEYS = ("d_channels",)
+
 
 def build_generator(model: ModelConfig) -> SRGenerator:
     """SRResNet, RRDBNet or SRVGGNetCompact, by `model.arch`, with fresh weights."""

@@ -1,6 +1,9 @@
-"""Checkpoints: a dict of tensors and plain values, written atomically, read
-back with `weights_only=True` (no pickled code runs on load) and checked
-once, here, so that the rest of the program can trust what it holds.
+"""Generator weight files: srgan checkpoints (a dict of tensors and plain
+values, written atomically), srgan .safetensors and community state dicts,
+read with `weights_only=True` (no pickled code runs on load) and checked
+once, here, so that the rest of the program can trust the generator they
+hold. What else a checkpoint holds for a resume (the discriminator, the
+optimizers, the RNG and the logs' state) is checked by training/state.py.
 
 A checkpoint is a file anyone may hand us: its config's sizes are checked
 against the config limits before a network is built, its tensors against the
@@ -14,21 +17,19 @@ the key."""
 from __future__ import annotations
 
 import dataclasses
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from srgan.configs import Config, config_from_dict
 from srgan.configs.checks import MAX_GENERATOR_PARAMETERS
-from srgan.configs.schema import ARCH_KEYS, METRIC_NAMES, ModelConfig
+from srgan.configs.schema import ARCH_KEYS, ModelConfig
 from srgan.files import looks_like_safetensors, parse_json, read_safetensors_file, read_torch_file, write_file
 from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import not_found
-from srgan.models.build import SRGenerator, build_generator
+from srgan.models.build import ARCHITECTURE_KEYS, DISCRIMINATOR_KEYS, SRGenerator, build_generator
 from srgan.models.community import (
     NotAnSrganGenerator,
     Recognised,
@@ -37,11 +38,7 @@ from srgan.models.community import (
     recognise_discriminator,
     unwrap_state_dict,
 )
-from srgan.models.discriminator import build_discriminator
 from srgan.models.spandrel_generator import spandrel_generator
-
-# What every srgan checkpoint holds (training adds more: schedulers, RNG states, ...).
-REQUIRED_KEYS = ("generator", "discriminator", "optimizer_g", "optimizer_d", "epoch", "step", "config")
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -61,17 +58,6 @@ def resolve_checkpoint_path(path: str | Path) -> Path:
     if not path.is_file():
         raise not_found(path, "checkpoint file or run folder")  # or what it is: a FIFO, a device
     return path
-
-
-def load_checkpoint(path: str | Path, for_resume: bool = True) -> dict[str, Any]:
-    """Read and check a checkpoint written by `save_checkpoint`: everything
-    a resume needs (`for_resume`), or the generator and its config only."""
-    path = resolve_checkpoint_path(path)
-    state = read_torch_file(path)
-    if not is_srgan_checkpoint(state):
-        raise SrganError(f"{path}: not an srgan checkpoint (expected the keys {', '.join(REQUIRED_KEYS)})")
-    check_checkpoint(state, str(path), for_resume)
-    return state
 
 
 def load_generator(path: str | Path) -> SRGenerator:
@@ -133,7 +119,7 @@ def generator_file(state: Any, metadata: dict[str, str], path: Path) -> Generato
     if "srgan_model" in metadata:
         return srgan_safetensors(state, metadata["srgan_model"], path)
     if is_srgan_checkpoint(state):
-        check_checkpoint(state, str(path), for_resume=False)
+        check_generator_state(state, str(path))
         model = checkpoint_config(state).model
         layout = f"{model.arch} (srgan checkpoint, step {state.get('step')})"
         weights = state.get("generator_ema") or state["generator"]
@@ -180,7 +166,7 @@ def read_discriminator_file(path: str | Path) -> Recognised:
     path = resolve_checkpoint_path(path)
     state, _ = read_weight_file(path)
     if is_srgan_checkpoint(state):
-        check_checkpoint(state, str(path), for_resume=False)
+        check_generator_state(state, str(path))
         config = checkpoint_config(state)
         settings: dict[str, Any] = {"discriminator": config.gan.discriminator, "d_channels": config.model.d_channels}
         if config.gan.discriminator == "vgg":
@@ -200,8 +186,11 @@ def read_discriminator_file(path: str | Path) -> Recognised:
 
 def srgan_model_keys(model: ModelConfig) -> tuple[str, ...]:
     """The model.* keys that shape an srgan generator of model.arch."""
-    shape = ("arch", "scale", "blocks", "channels", "growth", "norm", "residual", "res_scale")
-    return tuple(key for key in shape if model.arch in ARCH_KEYS.get(key, (model.arch,)))
+    return tuple(
+        key
+        for key in ARCHITECTURE_KEYS
+        if key not in DISCRIMINATOR_KEYS and model.arch in ARCH_KEYS.get(key, (model.arch,))
+    )
 
 
 def is_srgan_checkpoint(state: Any) -> bool:
@@ -219,8 +208,13 @@ def generator_from_checkpoint(state: dict[str, Any]) -> SRGenerator:
 # ---- the checks -------------------------------------------------------------
 
 
-def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> None:
-    """Raise SrganError naming the first thing wrong with `state`."""
+def check_generator_state(state: dict[str, Any], origin: str) -> tuple[Config, torch.nn.Module]:
+    """Check what every user of an srgan checkpoint reads: its config (types
+    and size limits, before anything is built) and the generator's weights
+    (and its EMA's) against the network that config describes. Returns the
+    typed config and that generator on the meta device (shapes only, for
+    checks of what else the file holds); raises SrganError naming the first
+    thing wrong."""
     config = state.get("config")
     if not isinstance(config, dict):
         raise SrganError(f"{origin}: config: expected a mapping, got {type(config).__name__}")
@@ -230,46 +224,7 @@ def check_checkpoint(state: dict[str, Any], origin: str, for_resume: bool) -> No
     check_state_dict(state["generator"], generator, f"{origin}: generator")
     if state.get("generator_ema") is not None:
         check_state_dict(state["generator_ema"], generator, f"{origin}: generator_ema")
-    if for_resume:
-        missing = [key for key in REQUIRED_KEYS if key not in state]
-        if missing:
-            raise SrganError(f"{origin}: lacks {', '.join(missing)}, which resuming needs")
-        with torch.device("meta"):
-            discriminator = build_discriminator(run_config)
-        check_state_dict(state["discriminator"], discriminator, f"{origin}: discriminator")
-        check_adam_state(state["optimizer_g"], generator, f"{origin}: optimizer_g")
-        check_adam_state(state["optimizer_d"], discriminator, f"{origin}: optimizer_d")
-        for key, least in (
-            ("step", 0),
-            ("epoch", 1),
-            ("epoch_keys", 0),
-            ("best_step", 0),
-            ("validated_step", -1),
-            ("closed_step", -1),
-        ):
-            value = state.get(key, least)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise SrganError(f"{origin}: {key}: expected an integer of at least {least}, got {value!r}")
-        for key in ("best_psnr", "best_value", "wall_seconds"):  # best_psnr: checkpoints from before best_by
-            if isinstance(state.get(key), bool) or not isinstance(state.get(key, 0.0), (int, float)):
-                raise SrganError(f"{origin}: {key}: expected a number, got {state[key]!r}")
-        if state.get("best_by", "psnr") not in METRIC_NAMES:
-            raise SrganError(f"{origin}: best_by: expected one of {', '.join(METRIC_NAMES)}, got {state['best_by']!r}")
-        if not isinstance(state.get("scaler", {}), dict):
-            raise SrganError(f"{origin}: scaler: expected a mapping")
-        last = state.get("last_validation", {})
-        if last and not (
-            isinstance(last, dict)
-            and isinstance(last.get("step"), int)
-            and isinstance(last.get("best"), (int, float))
-            and all(
-                k in METRIC_NAMES and isinstance(v, (int, float)) for k, v in last.items() if k not in ("step", "best")
-            )
-        ):
-            raise SrganError(f"{origin}: last_validation: expected step, best and the metrics' numbers")
-        check_metric_state(state.get("metrics", {}), f"{origin}: metrics")
-        if "rng" in state:
-            check_rng_state(state["rng"], f"{origin}: rng")
+    return run_config, generator
 
 
 def check_state_dict(weights: Any, module: torch.nn.Module, origin: str) -> None:
@@ -357,76 +312,6 @@ def check_finite(weights: dict[str, torch.Tensor], origin: str) -> None:
             )
 
 
-def check_adam_state(state: Any, module: torch.nn.Module, origin: str) -> None:
-    """An Adam state_dict for `module`'s parameters, in their order."""
-    shapes = [p.shape for p in module.parameters()]
-    if (
-        not isinstance(state, dict)
-        or not isinstance(state.get("state"), dict)
-        or not isinstance(state.get("param_groups"), list)
-    ):
-        raise SrganError(f"{origin}: expected an optimizer state (state, param_groups)")
-    indices = []
-    for group in state["param_groups"]:
-        if not isinstance(group, dict) or not isinstance(group.get("params"), list):
-            raise SrganError(f"{origin}: param_groups: expected mappings with a list of params")
-        indices += group["params"]
-    if sorted(indices) != list(range(len(shapes))):
-        raise SrganError(f"{origin}: holds {len(indices)} parameters, the config's network has {len(shapes)}")
-    for index, entry in state["state"].items():
-        if not isinstance(index, int) or not 0 <= index < len(shapes) or not isinstance(entry, dict):
-            raise SrganError(f"{origin}: state: unexpected entry {index!r}")
-        for name in ("exp_avg", "exp_avg_sq"):
-            value = entry.get(name)
-            if not isinstance(value, torch.Tensor) or value.shape != shapes[index]:
-                raise SrganError(
-                    f"{origin}: state {index}: {name} does not match its parameter's shape {list(shapes[index])}"
-                )
-        if not isinstance(entry.get("step"), (torch.Tensor, int, float)):
-            raise SrganError(f"{origin}: state {index}: lacks its step count")
-        check_finite({f"state {index}": entry["exp_avg"], f"state {index} sq": entry["exp_avg_sq"]}, origin)
-
-
-def check_rng_state(rng: Any, origin: str) -> None:
-    """Each generator state must load into a scratch generator of its kind."""
-    if not isinstance(rng, dict) or not {"python", "numpy", "torch"} <= set(rng):
-        raise SrganError(f"{origin}: expected the python, numpy and torch generator states")
-    try:
-        random.Random().setstate(as_tuples(rng["python"]))
-    except (TypeError, ValueError, OverflowError):
-        raise SrganError(f"{origin}: python: not a state of Python's random generator") from None
-    try:
-        kind, keys, *rest = rng["numpy"]
-        np.random.RandomState().set_state((kind, np.array(keys, dtype=np.uint32), *rest))
-    except (TypeError, ValueError, OverflowError):
-        raise SrganError(f"{origin}: numpy: not a state of NumPy's random generator") from None
-    try:
-        if not isinstance(rng["torch"], torch.Tensor):
-            raise TypeError
-        torch.Generator().set_state(rng["torch"])
-    except (TypeError, RuntimeError):
-        raise SrganError(f"{origin}: torch: not a state of torch's random generator") from None
-
-
-def as_tuples(value):
-    """random.setstate wants the tuples that a round trip may have turned into lists."""
-    return tuple(as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
-def check_metric_state(metrics: Any, origin: str) -> None:
-    """The epoch's running sums of the logged values (see training/logs.py)."""
-    ok = isinstance(metrics, dict) and all(
-        isinstance(metrics.get(part, {}), dict)
-        and all(
-            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
-            for k, v in metrics.get(part, {}).items()
-        )
-        for part in ("sums", "counts")
-    )
-    if not ok:
-        raise SrganError(f"{origin}: expected sums and counts of the logged values")
-
-
 def checkpoint_config(state: dict[str, Any]) -> Config:
-    """The config of a checkpoint that load_checkpoint has checked, typed."""
+    """The config of a checkpoint that check_generator_state has checked, typed."""
     return config_from_dict(state["config"], "checkpoint")

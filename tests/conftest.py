@@ -203,7 +203,7 @@ def interrupt_at(config, step: int) -> Path:
             trainer.fit(StopAtStep(trainer, step))
         finally:
             trainer.close()
-    from srgan.models import load_checkpoint
+    from srgan.training.state import load_checkpoint
 
     assert load_checkpoint(trainer.folder.path)["step"] == step
     return trainer.folder.path

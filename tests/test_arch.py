@@ -18,11 +18,12 @@ from PIL import Image
 from conftest import assert_refused, set_args, skimage_photo, tiny_overrides
 from srgan.configs import config_from_dict, config_to_dict, load_config
 from srgan.files.errors import SrganError
-from srgan.models import build_generator, load_checkpoint
+from srgan.models import build_generator
 from srgan.models.checkpoint import load_generator
 from srgan.models.compact import SRVGGNetCompact
 from srgan.models.rrdb import RRDBNet
 from srgan.training import train
+from srgan.training.state import load_checkpoint
 
 TINY = {"rrdb": ["model.arch=rrdb", "model.growth=4"], "compact": ["model.arch=compact", "model.blocks=2"]}
 CLASSES = {"rrdb": RRDBNet, "compact": SRVGGNetCompact}

@@ -381,7 +381,7 @@ def test_srgan_train_fine_tunes_a_basicsr_file_for_two_steps(srgan, photo_dir, t
     )
     result = srgan("train", "--config", "finetune_realesrgan_x4", *set_args(settings))
     assert result.returncode == 0, result.stderr
-    from srgan.models import load_checkpoint
+    from srgan.training.state import load_checkpoint
 
     state = load_checkpoint(tmp_path / "run")
     assert state["step"] == 2 and state["config"]["model"]["blocks"] == 1 and state["config"]["model"]["growth"] == 4

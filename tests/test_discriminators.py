@@ -209,7 +209,7 @@ def test_a_run_trains_and_resumes_with_each_discriminator(srgan, tmp_path, photo
     """Two GAN steps with the relativistic objective, a checkpoint that
     holds the discriminator's own state dict, and a resume that refuses
     another discriminator naming the key."""
-    from srgan.models import load_checkpoint
+    from srgan.training.state import load_checkpoint
 
     run = tmp_path / "run"
     overrides = tiny_overrides(photo_dir, run, f"gan.discriminator={kind}", "gan.d_loss=relativistic", "train.epochs=3")

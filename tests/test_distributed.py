@@ -16,8 +16,8 @@ import torch
 
 from conftest import set_args, tiny_overrides
 from srgan.configs import load_config
-from srgan.models import load_checkpoint
 from srgan.training import train
+from srgan.training.state import load_checkpoint
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import run_cli, set_args, tiny_overrides
-from srgan.models import load_checkpoint
+from srgan.training.state import load_checkpoint
 
 
 def start_training(photo_dir, run_dir, *extra):

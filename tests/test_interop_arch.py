@@ -14,11 +14,11 @@ import torch
 
 from conftest import skimage_photo, tiny_overrides
 from srgan.configs import load_config
-from srgan.models import load_checkpoint
 from srgan.models.checkpoint import load_generator
 from srgan.models.compact import SRVGGNetCompact
 from srgan.models.rrdb import RRDBNet
 from srgan.training import train
+from srgan.training.state import load_checkpoint
 
 
 def conv(out_channels: int, in_channels: int, rng: torch.Generator, std: float) -> dict[str, torch.Tensor]:

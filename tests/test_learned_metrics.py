@@ -193,8 +193,8 @@ def test_missing_weights_stop_evaluate_and_train_before_any_work(tmp_path, monke
 
 def test_validation_picks_best_by_lpips_and_runs_and_plot_show_it(cached_weights, photo_dir, val_dir, tmp_path):
     from srgan.configs import load_config
-    from srgan.models import load_checkpoint
     from srgan.training import train
+    from srgan.training.state import load_checkpoint
 
     overrides = tiny_overrides(
         photo_dir,
@@ -355,8 +355,8 @@ def test_a_nan_validation_score_is_said_and_does_not_stop_best_pt(cached_weights
     """A NaN mean (here the first validation's, as finite weights overflowing
     would give) is warned about and is no best; the next finite one is."""
     from srgan.configs import load_config
-    from srgan.models import load_checkpoint
     from srgan.training import loop, train
+    from srgan.training.state import load_checkpoint
 
     real, calls = loop.validate, []
 

@@ -21,8 +21,8 @@ from conftest import assert_refused, run_cli, set_args, skimage_photo, tiny_over
 from srgan.configs import load_config
 from srgan.data import FolderImages, PreparedImages, TrainPairs, find_images, load_rgb8, open_images, prepare_dataset
 from srgan.files.errors import SrganError
-from srgan.models import load_checkpoint
 from srgan.training import train
+from srgan.training.state import load_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import torch
 
 from conftest import interrupt_at, tiny_overrides
 from srgan.configs import load_config
-from srgan.models import load_checkpoint
 from srgan.training import train
+from srgan.training.state import load_checkpoint
 
 
 def assert_same_checkpoints(a_path, b_path):

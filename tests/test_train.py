@@ -12,8 +12,9 @@ import torch
 from conftest import interrupt_at, tiny_overrides
 from srgan.configs import load_config
 from srgan.files.errors import SrganError
-from srgan.models import generator_from_checkpoint, load_checkpoint
+from srgan.models import generator_from_checkpoint
 from srgan.training import train
+from srgan.training.state import load_checkpoint
 
 
 def tiny(photo_dir, val_dir, run_dir, *extra, base="demo"):

@@ -39,7 +39,6 @@ from srgan.models import (
     SRGenerator,
     build_discriminator,
     build_generator,
-    load_checkpoint,
     resolve_runtime,
     save_checkpoint,
 )
@@ -58,7 +57,14 @@ from srgan.training.logs import (
 from srgan.training.pictures import SampleSheet, draw_curves
 from srgan.training.run_folder import RunFolder
 from srgan.training.signals import StopSignals, TrainingInterrupted, ignore_interrupts_in_worker
-from srgan.training.state import Progress, changed_settings, check_same_architecture, checkpoint_state, restore
+from srgan.training.state import (
+    Progress,
+    changed_settings,
+    check_same_architecture,
+    checkpoint_state,
+    load_checkpoint,
+    restore,
+)
 from srgan.training.step import TrainingParts, gan_step, generator_step
 from srgan.training.validation import checked_validation_set, validate
 

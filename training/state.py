@@ -1,23 +1,38 @@
-"""What a checkpoint holds and how a run comes back from it."""
+"""What a checkpoint holds, the checks that it holds what a resume needs,
+and how a run comes back from it. The generator and its config are checked
+by models/checkpoint.py, which every reader of a generator shares."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from srgan.configs import Config, config_from_dict, config_to_dict
+from srgan.configs.schema import METRIC_NAMES
+from srgan.files import read_torch_file
 from srgan.files.errors import SrganError
 from srgan.metrics import worst_score
-from srgan.models.checkpoint import as_tuples
+from srgan.models.build import ARCHITECTURE_KEYS
+from srgan.models.checkpoint import (
+    check_finite,
+    check_generator_state,
+    check_state_dict,
+    is_srgan_checkpoint,
+    resolve_checkpoint_path,
+)
+from srgan.models.discriminator import build_discriminator
 from srgan.training.distributed import unwrap
 from srgan.training.ema import GeneratorEMA
 from srgan.training.step import TrainingParts
 
-# Keys of model.* that fix the shapes of the weights.
-ARCHITECTURE_KEYS = ("arch", "scale", "blocks", "channels", "growth", "d_channels", "norm", "residual", "res_scale")
+# What every srgan checkpoint that a run can resume from holds (it may hold
+# more: generator_ema, scaler, rng, metrics, the validation counters).
+REQUIRED_KEYS = ("generator", "discriminator", "optimizer_g", "optimizer_d", "epoch", "step", "config")
 
 
 @dataclass
@@ -67,6 +82,134 @@ def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Con
     if ema is not None:
         state["generator_ema"] = ema.model.state_dict()
     return state
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint at `path` (a .pt file, or a run folder's
+    checkpoints/last.pt), checked to hold everything a resume needs
+    (check_checkpoint). Raises SrganError for a file that is not an srgan
+    checkpoint or that fails a check, naming the file and the key."""
+    path = resolve_checkpoint_path(path)
+    state = read_torch_file(path)
+    if not is_srgan_checkpoint(state):
+        raise SrganError(f"{path}: not an srgan checkpoint (expected the keys {', '.join(REQUIRED_KEYS)})")
+    check_checkpoint(state, str(path))
+    return state
+
+
+def check_checkpoint(state: dict[str, Any], origin: str) -> None:
+    """Raise SrganError naming the first thing wrong with `state` for a
+    resume: the generator and config (check_generator_state), then the
+    REQUIRED_KEYS, the discriminator's weights, the optimizers', RNG and
+    logs' states and the progress counters."""
+    run_config, generator = check_generator_state(state, origin)
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        raise SrganError(f"{origin}: lacks {', '.join(missing)}, which resuming needs")
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        discriminator = build_discriminator(run_config)
+    check_state_dict(state["discriminator"], discriminator, f"{origin}: discriminator")
+    check_adam_state(state["optimizer_g"], generator, f"{origin}: optimizer_g")
+    check_adam_state(state["optimizer_d"], discriminator, f"{origin}: optimizer_d")
+    for key, least in (
+        ("step", 0),
+        ("epoch", 1),
+        ("epoch_keys", 0),
+        ("best_step", 0),
+        ("validated_step", -1),
+        ("closed_step", -1),
+    ):
+        value = state.get(key, least)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise SrganError(f"{origin}: {key}: expected an integer of at least {least}, got {value!r}")
+    for key in ("best_psnr", "best_value", "wall_seconds"):  # best_psnr: checkpoints from before best_by
+        if isinstance(state.get(key), bool) or not isinstance(state.get(key, 0.0), (int, float)):
+            raise SrganError(f"{origin}: {key}: expected a number, got {state[key]!r}")
+    if state.get("best_by", "psnr") not in METRIC_NAMES:
+        raise SrganError(f"{origin}: best_by: expected one of {', '.join(METRIC_NAMES)}, got {state['best_by']!r}")
+    if not isinstance(state.get("scaler", {}), dict):
+        raise SrganError(f"{origin}: scaler: expected a mapping")
+    last = state.get("last_validation", {})
+    if last and not (
+        isinstance(last, dict)
+        and isinstance(last.get("step"), int)
+        and isinstance(last.get("best"), (int, float))
+        and all(k in METRIC_NAMES and isinstance(v, (int, float)) for k, v in last.items() if k not in ("step", "best"))
+    ):
+        raise SrganError(f"{origin}: last_validation: expected step, best and the metrics' numbers")
+    check_metric_state(state.get("metrics", {}), f"{origin}: metrics")
+    if "rng" in state:
+        check_rng_state(state["rng"], f"{origin}: rng")
+
+
+def check_adam_state(state: Any, module: torch.nn.Module, origin: str) -> None:
+    """An Adam state_dict for `module`'s parameters, in their order."""
+    shapes = [p.shape for p in module.parameters()]
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("state"), dict)
+        or not isinstance(state.get("param_groups"), list)
+    ):
+        raise SrganError(f"{origin}: expected an optimizer state (state, param_groups)")
+    indices = []
+    for group in state["param_groups"]:
+        if not isinstance(group, dict) or not isinstance(group.get("params"), list):
+            raise SrganError(f"{origin}: param_groups: expected mappings with a list of params")
+        indices += group["params"]
+    if sorted(indices) != list(range(len(shapes))):
+        raise SrganError(f"{origin}: holds {len(indices)} parameters, the config's network has {len(shapes)}")
+    for index, entry in state["state"].items():
+        if not isinstance(index, int) or not 0 <= index < len(shapes) or not isinstance(entry, dict):
+            raise SrganError(f"{origin}: state: unexpected entry {index!r}")
+        for name in ("exp_avg", "exp_avg_sq"):
+            value = entry.get(name)
+            if not isinstance(value, torch.Tensor) or value.shape != shapes[index]:
+                raise SrganError(
+                    f"{origin}: state {index}: {name} does not match its parameter's shape {list(shapes[index])}"
+                )
+        if not isinstance(entry.get("step"), (torch.Tensor, int, float)):
+            raise SrganError(f"{origin}: state {index}: lacks its step count")
+        check_finite({f"state {index}": entry["exp_avg"], f"state {index} sq": entry["exp_avg_sq"]}, origin)
+
+
+def check_rng_state(rng: Any, origin: str) -> None:
+    """Each generator state must load into a scratch generator of its kind."""
+    if not isinstance(rng, dict) or not {"python", "numpy", "torch"} <= set(rng):
+        raise SrganError(f"{origin}: expected the python, numpy and torch generator states")
+    try:
+        random.Random().setstate(as_tuples(rng["python"]))
+    except (TypeError, ValueError, OverflowError):
+        raise SrganError(f"{origin}: python: not a state of Python's random generator") from None
+    try:
+        kind, keys, *rest = rng["numpy"]
+        np.random.RandomState().set_state((kind, np.array(keys, dtype=np.uint32), *rest))
+    except (TypeError, ValueError, OverflowError):
+        raise SrganError(f"{origin}: numpy: not a state of NumPy's random generator") from None
+    try:
+        if not isinstance(rng["torch"], torch.Tensor):
+            raise TypeError
+        torch.Generator().set_state(rng["torch"])
+    except (TypeError, RuntimeError):
+        raise SrganError(f"{origin}: torch: not a state of torch's random generator") from None
+
+
+def as_tuples(value):
+    """random.setstate wants the tuples that a round trip may have turned into lists."""
+    return tuple(as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def check_metric_state(metrics: Any, origin: str) -> None:
+    """The epoch's running sums of the logged values (see training/logs.py)."""
+    ok = isinstance(metrics, dict) and all(
+        isinstance(metrics.get(part, {}), dict)
+        and all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            for k, v in metrics.get(part, {}).items()
+        )
+        for part in ("sums", "counts")
+    )
+    if not ok:
+        raise SrganError(f"{origin}: expected sums and counts of the logged values")
 
 
 def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None, best_by: str = "psnr") -> Progress:

@@ -24,7 +24,7 @@ from srgan.data.images import try_load_rgb8
 from srgan.files.errors import SrganError
 from srgan.inference.imageio import read_picture
 from srgan.models import Discriminator, Generator
-from srgan.models.checkpoint import check_checkpoint
+from srgan.training.state import check_checkpoint
 
 EXAMPLES = int(os.environ.get("SRGAN_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(
@@ -182,7 +182,7 @@ junk = st.one_of(
 )
 def test_checkpoint_contents(path, value):
     state = _replace(CHECKPOINT, path, value)
-    only_srgan_errors(lambda: check_checkpoint(state, "fuzz.pt", for_resume=True))
+    only_srgan_errors(lambda: check_checkpoint(state, "fuzz.pt"))
 
 
 def _replace(node, path, value):

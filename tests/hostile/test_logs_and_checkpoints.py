@@ -15,7 +15,8 @@ from PIL import Image
 
 from conftest import assert_refused, assert_unchanged, interrupt_at, skimage_photo, snapshot, tiny_overrides
 from srgan.configs import load_config
-from srgan.models import load_checkpoint, save_checkpoint
+from srgan.models import save_checkpoint
+from srgan.training.state import load_checkpoint
 
 
 @pytest.fixture

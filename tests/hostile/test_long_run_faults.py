@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from conftest import assert_refused, no_temporary_files, set_args, tiny_overrides
-from srgan.models import load_checkpoint
+from srgan.training.state import load_checkpoint
 
 PYTHON = sys.executable
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 from conftest import assert_refused, assert_unchanged, set_args, skimage_photo, snapshot, tiny_overrides
 from srgan.files import RunLock
-from srgan.models import load_checkpoint
+from srgan.training.state import load_checkpoint
 
 
 def truncated_png(path, size=96):

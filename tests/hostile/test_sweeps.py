@@ -14,8 +14,8 @@ import yaml
 
 from conftest import assert_refused, assert_unchanged, interrupt_at, run_cli, set_args, snapshot, tiny_overrides
 from srgan.configs import load_config
-from srgan.models import load_checkpoint
 from srgan.training import train
+from srgan.training.state import load_checkpoint
 
 
 @pytest.fixture(scope="module")
