@@ -124,7 +124,7 @@ def read_torch_file(path: Path, what: str = "checkpoint", expected: str = "") ->
     `expected` says in the refusal of an unreadable file what would do.
     Memory-mapped where the format allows, so that tensors cost no more than
     the file's own bytes whatever its header claims."""
-    import torch
+    import torch  # here, not at the top: srgan --help and config loading import files/ without torch
 
     note_read(path, f"the {what}")
     try:

@@ -21,6 +21,7 @@ else, or that srgan cannot read, is refused and never written (srgan.files)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import logging
@@ -37,6 +38,7 @@ from srgan.files import check_output, write_file
 from srgan.files.errors import SrganError, first_line
 from srgan.inference.fused import fuse_for_inference
 from srgan.models import Generator, SRGenerator
+from srgan.models.checkpoint import check_finite, load_generator
 from srgan.models.rrdb import RRDBNet
 from srgan.models.spandrel_generator import SpandrelGenerator
 
@@ -202,8 +204,6 @@ class OnnxNetwork(nn.Module):
 
 def require_export_extra(what: str, modules: tuple[str, ...] = ("onnx", "onnxscript", "onnxruntime")) -> None:
     """One line naming the extra to install when a module of it is missing."""
-    import importlib
-
     for name in modules:
         try:
             importlib.import_module(name)
@@ -298,7 +298,7 @@ def describe_network(generator: SRGenerator) -> str:
 
 def onnx_session(model: bytes | str, threads: int | None = None):
     """An onnxruntime CPU session (the `export` extra's onnxruntime)."""
-    import onnxruntime
+    import onnxruntime  # the export extra's, checked by require_export_extra before any session
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: its warnings about unused initialisers are noise
@@ -359,7 +359,6 @@ def export_state_dict(generator: SRGenerator, fp16: bool) -> dict[str, torch.Ten
 
 
 def safetensors_bytes(generator: SRGenerator, fp16: bool) -> bytes:
-    from srgan.models.checkpoint import check_finite
 
     try:
         from safetensors.torch import save
@@ -378,7 +377,6 @@ def basicsr_pth_bytes(generator: SRGenerator, fp16: bool, path: Path) -> bytes:
             f"{path}: BasicSR has no SRGAN SRResNet (its MSRResNet is another network), so no "
             "BasicSR .pth of an srresnet model exists; export to .safetensors or .onnx"
         )
-    from srgan.models.checkpoint import check_finite
 
     state = export_state_dict(generator, fp16)
     check_finite(state, "the generator")
@@ -393,7 +391,6 @@ def check_weight_file(written: Path, generator: SRGenerator, precision: str, pat
     .pth recognised by its keys and shapes, any other network through
     spandrel), and compare its output with the source's: a file srgan
     cannot read, or reads as another network, is refused."""
-    from srgan.models.checkpoint import load_generator
 
     try:
         rebuilt = load_generator(written)

@@ -87,7 +87,7 @@ def _png_header(path: Path) -> tuple[int | None, int | None, int, int]:
 def _read_png16(path: Path) -> Picture:
     """Pillow keeps only 8 bits of 16-bit RGB and gray+alpha PNGs:
     torchvision's libpng decoder gives all 16 (and raises RuntimeError on a broken file)."""
-    from torchvision.io import ImageReadMode, decode_png, read_file
+    from torchvision.io import ImageReadMode, decode_png, read_file  # loads only for a 16-bit PNG
 
     try:
         with warnings.catch_warnings():  # it warns that uint16 support is limited in torch
@@ -198,7 +198,7 @@ def write_png(image: np.ndarray, path: Path, **checks) -> None:
 
 def write_png16(f: BinaryIO, color: np.ndarray, alpha: np.ndarray | None = None) -> None:
     """A 16-bit PNG (Pillow writes none but grayscale) through pypng, a row at a time."""
-    import png
+    import png  # pypng, needed only to write 16-bit PNGs
 
     height, width = color.shape[:2]
     gray = color.ndim == 2

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from srgan.files import read_torch_file
 from srgan.files.errors import SrganError, first_line
 
 # metric -> the torchvision ImageNet network its features come from
@@ -41,7 +42,7 @@ BACKBONES = {"lpips": "alexnet", "lpips_vgg": "vgg16", "dists": "vgg16"}
 
 def backbone_file(network: str) -> tuple[Path, str]:
     """Where torchvision keeps `network`'s ImageNet weights, and their URL."""
-    import torchvision
+    import torchvision  # loads only when a learned metric is scored, not with srgan.metrics
 
     weights = {
         "alexnet": torchvision.models.AlexNet_Weights.IMAGENET1K_V1,  # alexnet-owt-7be5be79.pth
@@ -106,8 +107,6 @@ def _check_finite_backbone(path: Path, metric: str, key: str) -> None:
     """Refuse a backbone file whose features (the only tensors LPIPS and
     DISTS use) hold NaN or Inf: every score would be NaN, every best.pt
     comparison false."""
-    from srgan.files import read_torch_file
-
     state = read_torch_file(path, "backbone weights file")
     if not isinstance(state, dict):
         return  # the library's loader refuses it below, in its words

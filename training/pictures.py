@@ -91,7 +91,7 @@ def draw_curves(
     for comparing learning curves; `series`: the runs' read_run_logs, when
     the caller has read them; `metric`: the validation metric of the first
     panel (lpips, dists... from validation.csv). Raises ImportError without matplotlib."""
-    import matplotlib
+    import matplotlib  # optional: only the curves need it, the run goes on without
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

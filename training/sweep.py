@@ -24,6 +24,7 @@ from srgan.configs import Config, load_config
 from srgan.configs.loader import DEFAULT_PRESET, _show, read_yaml_file
 from srgan.files import write_text
 from srgan.files.errors import SrganError
+from srgan.training.loop import train
 from srgan.training.run_folder import RUN_FILES
 from srgan.training.runs import summarize
 from srgan.training.signals import TrainingInterrupted
@@ -137,8 +138,6 @@ def run_sweep(source: str | None, overrides: list[str], sweep: list[str], resume
     """Train every variant not finished yet; returns the variants' run folders.
     A variant that fails (a diverging loss, say) is reported and the sweep
     goes on; a signal stops the sweep after saving the variant under way."""
-    from srgan.training.loop import train
-
     if resume is not None:
         folder, source, base_overrides, axes = read_sweep(resume)
         overrides = [*base_overrides, *overrides]  # --set on a resume applies to every variant
