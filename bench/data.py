@@ -183,9 +183,7 @@ def make_photos(folder: Path, count: int, width: int, height: int, force: bool =
     photos cut differently, flipped, resized with Lanczos and given a little
     sensor-like noise (so that their PNGs cost what real photos cost to
     decode; a smooth upscale compresses far better)."""
-    import skimage.data
-
-    from srgan.data.samples import sample_paths  # noqa: F401  (scikit-image is needed)
+    import skimage.data  # the samples extra: only `srgan bench photos` needs it
 
     rng = np.random.default_rng(0)
     targets = [Path(folder) / f"{n:04d}.png" for n in range(1, count + 1)]

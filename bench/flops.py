@@ -17,6 +17,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from srgan.bench.machine import synchronize
+from srgan.bench.train import StepBench
 from srgan.configs import Config
 from srgan.files.errors import SrganError
 from srgan.models.runtime import DTYPES
@@ -71,8 +72,6 @@ def flops_report(config: Config, median_s: float, yardstick: list[str] | None, y
     in the step's precision, and with a yardstick command (one step, no
     warm-up) its operations and rate, and the largest speed-up a step doing
     our operations at the machine's matmul rate could have over it."""
-    from srgan.bench.train import StepBench
-
     bench = StepBench(config)
     ours = step_flops(lambda: bench.step(timed=False))
     device, precision = bench.runtime.device, bench.runtime.precision

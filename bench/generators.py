@@ -17,6 +17,11 @@ import time
 
 import torch
 
+from srgan.bench.machine import machine, synchronize
+from srgan.configs import load_config
+from srgan.inference.upscale import inference_network
+from srgan.models import Runtime, build_generator
+
 # (label, --set values on top of srgan_x4): the presets' sizes.
 GENERATORS = [
     ("srresnet 16x64", ["model.arch=srresnet", "model.blocks=16", "model.channels=64"]),
@@ -34,11 +39,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
-
-    from srgan.bench.machine import machine, synchronize
-    from srgan.configs import load_config
-    from srgan.inference.upscale import inference_network
-    from srgan.models import Runtime, build_generator
 
     device = torch.device(args.device)
     runtime = Runtime(device, args.precision)

@@ -26,7 +26,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-from srgan.models import SRGenerator
+from srgan.bench.machine import machine
+from srgan.configs import load_config
+from srgan.data import load_rgb8
+from srgan.data.samples import sample_paths
+from srgan.files.errors import SrganError
+from srgan.inference.tile_grid import Tile, paste_tiles
+from srgan.inference.tile_pad import measure_tile_pad
+from srgan.models import Runtime, SRGenerator, build_generator
+from srgan.models.checkpoint import load_generator
 
 DEFAULT_PADS = (0, 2, 4, 6, 8, 12, 16, 24, 32, 48)
 
@@ -34,9 +42,6 @@ DEFAULT_PADS = (0, 2, 4, 6, 8, 12, 16, 24, 32, 48)
 def seam_table(generator: SRGenerator, image: torch.Tensor, cell: int, pads: list[int]) -> list[dict]:
     """Per pad: the largest |tiled - whole| over the central cell's output,
     in 8-bit levels, and the share of its 8-bit pixels that differ."""
-    from srgan.inference.tile_grid import Tile, paste_tiles
-    from srgan.models import Runtime
-
     runtime = Runtime(torch.device("cpu"), "fp32", channels_last=False)
     generator = generator.eval()
     _, height, width = image.shape
@@ -82,9 +87,6 @@ def photo_lr(size: int, scale: int) -> torch.Tensor:
     """The middle of scikit-image's astronaut (or of noise without it),
     size x size, as the bicubic LR image a model sees: 3 x size x size in [0, 1]."""
     try:
-        from srgan.data import load_rgb8
-        from srgan.data.samples import sample_paths
-
         hr = load_rgb8(sample_paths(["astronaut"])[0])
         side = min(size * scale, *hr.shape[:2])
         y, x = (hr.shape[0] - side) // 2, (hr.shape[1] - side) // 2
@@ -107,12 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
 
-    from srgan.bench.machine import machine
-    from srgan.configs import load_config
-    from srgan.files.errors import SrganError
-    from srgan.models import build_generator
-    from srgan.models.checkpoint import load_generator
-
     try:
         if args.checkpoint:
             generator, source = load_generator(args.checkpoint), args.checkpoint
@@ -123,9 +119,6 @@ def main(argv: list[str] | None = None) -> int:
     except (SrganError, ValueError) as error:
         print(f"srgan.bench.tiling: {error}", file=sys.stderr)
         return 2
-    from srgan.inference.tile_pad import measure_tile_pad
-    from srgan.models import Runtime
-
     started = time.perf_counter()
     # what `--tile-pad auto` chooses for these weights (the probe, not cached here), measured on the photo too
     measured = measure_tile_pad(generator.eval(), Runtime(torch.device("cpu"), "fp32", channels_last=False))

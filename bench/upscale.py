@@ -16,7 +16,10 @@ import torch
 from PIL import Image
 
 from srgan.bench.machine import inference_setup, machine, peak_rss_mb, synchronize
+from srgan.data import load_rgb8
+from srgan.data.samples import sample_paths
 from srgan.files.errors import SrganError, first_line
+from srgan.inference.export import onnx_session, require_export_extra
 from srgan.inference.tile_pad import tile_pad
 from srgan.inference.tiles import auto_tile, available_ram, check_upscale_memory, needs_tiles, upscale_tiled
 from srgan.inference.upscale import inference_network, upscale_pixels
@@ -26,9 +29,6 @@ from srgan.models import Runtime, SRGenerator
 def test_photo(width: int, height: int) -> np.ndarray:
     """A real photo (scikit-image's astronaut) resized to the size, or noise without scikit-image."""
     try:
-        from srgan.data import load_rgb8
-        from srgan.data.samples import sample_paths
-
         photo = load_rgb8(sample_paths(["astronaut"])[0])
         return np.array(Image.fromarray(photo).resize((width, height), Image.Resampling.BICUBIC))
     except Exception:  # no scikit-image: the cost is the same on noise
@@ -162,8 +162,6 @@ def bench_onnxruntime(
 
 def onnxruntime_session(path: Path):
     """A CPU session of the file with torch's thread count, or a one-line refusal."""
-    from srgan.inference.export import onnx_session, require_export_extra
-
     require_export_extra("--onnx", ("onnxruntime",))
     if not Path(path).is_file():
         raise SrganError(f"{path}: no such ONNX file")
@@ -174,6 +172,6 @@ def onnxruntime_session(path: Path):
 
 
 def onnxruntime_version() -> str:
-    import onnxruntime
+    import onnxruntime  # the export extra: only --onnx needs it
 
     return onnxruntime.__version__

@@ -46,7 +46,7 @@ class _TqdmHandler(logging.Handler):
     """Messages go to stderr without breaking a progress bar."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from tqdm import tqdm
+        from tqdm import tqdm  # loads at the first message, not at start-up: srgan --help stays fast
 
         prefix = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
         tqdm.write(prefix + record.getMessage(), file=sys.stderr)
@@ -64,7 +64,7 @@ def _print_error(line: str) -> None:
     """`line` on stderr; under torchrun (WORLD_SIZE > 1) only from the first
     rank to meet it, not once a rank."""
     if os.environ.get("WORLD_SIZE", "1") not in ("", "0", "1"):
-        from srgan.training.distributed import first_to_report
+        from srgan.training.distributed import first_to_report  # torch: only under torchrun
 
         if not first_to_report(line):
             return

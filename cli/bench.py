@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from srgan.cli.common import CONFIG_HELP, DEVICE_HELP, PRECISION_HELP, SET_HELP
+from srgan.cli.common import CONFIG_HELP, DEVICE_HELP, PRECISION_HELP, SET_HELP, runtime_from_options
+from srgan.files.errors import SrganError
 
 bench_app = typer.Typer(no_args_is_help=True, help="Time the training step and the upscaling path.")
 
@@ -69,8 +70,8 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Seconds per training step of the real step (random batch, random VGG weights)."""
+    # the config loader (yaml) here and torch below load in the command, not at start-up: srgan --help stays fast
     from srgan.configs import load_config
-    from srgan.files.errors import SrganError
 
     if min(batch, crop, iters, blocks or 1) < 1 or warmup < 0:
         raise SrganError("--batch, --crop, --blocks and --iters: expected at least 1; --warmup: 0 or more")
@@ -174,14 +175,13 @@ def upscale(
 ) -> None:
     """Megapixels/s and peak memory of srgan upscale, and its speedup over a plain fp32 NCHW forward
     (and onnxruntime's time with --onnx)."""
+    # the config loader (yaml) here and torch below load in the command, not at start-up: srgan --help stays fast
     from srgan.configs import load_config
-    from srgan.files.errors import SrganError
 
     width, height = frame_size(size, "512x512")
     if iters < 1 or warmup < 0:
         raise SrganError("--iters: expected at least 1; --warmup: 0 or more")
     from srgan.bench.upscale import bench_upscale
-    from srgan.cli.common import runtime_from_options
 
     runtime = runtime_from_options(device, precision)
     generator = bench_generator(checkpoint, load_config(config, overrides or []))
@@ -216,8 +216,8 @@ def data(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Crops per second (and per worker) of the configured data.train, and the memory of every process."""
+    # the config loader (yaml) here and torch below load in the command, not at start-up: srgan --help stays fast
     from srgan.configs import load_config
-    from srgan.files.errors import SrganError
 
     if batches < 1:
         raise SrganError(f"--batches: expected at least 1, got {batches}")
@@ -248,6 +248,7 @@ def metrics(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Validation seconds an image with PSNR/SSIM alone and with each learned metric added (needs their weights)."""
+    # the config loader (yaml) and torch load in the command, not at start-up: srgan --help stays fast
     from srgan.configs import load_config
     from srgan.metrics import parse_metric_names
 
@@ -280,8 +281,8 @@ def photos(
     force: Annotated[bool, typer.Option("--force", help="Overwrite photos already there.")] = False,
 ) -> None:
     """DIV2K-like photos made from scikit-image's, to benchmark data loading when no real set is at hand."""
+    # torch loads here, not at start-up: srgan --help stays fast
     from srgan.bench.data import check_photo_size, make_photos
-    from srgan.files.errors import SrganError
 
     if not 1 <= count <= 10000:
         raise SrganError(f"--count: expected 1 to 10000, got {count}")
@@ -291,7 +292,7 @@ def photos(
 
 
 def torch_seed(seed: int) -> None:
-    import torch
+    import torch  # here, not at start-up: srgan --help stays fast
 
     torch.manual_seed(seed)
 
@@ -325,14 +326,13 @@ def video(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line.")] = False,
 ) -> None:
     """Frames/s of srgan upscale on a clip (decode, network and encode overlapped) against the network alone."""
+    # the config loader (yaml) here and torch below load in the command, not at start-up: srgan --help stays fast
     from srgan.configs import load_config
-    from srgan.files.errors import SrganError
 
     width, height = frame_size(size, "320x240")
     if min(frames, batch, iters) < 1 or warmup < 0:
         raise SrganError("--frames, --batch and --iters: expected at least 1; --warmup: 0 or more")
     from srgan.bench.video import bench_video
-    from srgan.cli.common import runtime_from_options
 
     runtime = runtime_from_options(device, precision)
     generator = bench_generator(checkpoint, load_config(config, overrides or []))
@@ -353,8 +353,6 @@ def video(
 
 def frame_size(size: str, example: str) -> tuple[int, int]:
     """--size WxH -> (width, height), both at least 1."""
-    from srgan.files.errors import SrganError
-
     try:
         width, height = (int(v) for v in size.lower().split("x"))
     except ValueError:
@@ -366,6 +364,7 @@ def frame_size(size: str, example: str) -> tuple[int, int]:
 
 def bench_generator(checkpoint, resolved):
     """The generator to time: a checkpoint's, or random weights (seeded) of the config's architecture."""
+    # torch loads here, not at start-up: srgan --help stays fast
     from srgan.models import build_generator
     from srgan.models.checkpoint import load_generator
 

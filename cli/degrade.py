@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from srgan.cli.common import CONFIG_HELP, SET_HELP
+from srgan.files import check_output
+from srgan.files.errors import SrganError
 
 MAX_COUNT = 256  # rows of the sheet: a picture to look at, not a dataset
 
@@ -22,10 +24,9 @@ def degrade(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing output.")] = False,
 ) -> None:
     """Write N training pairs as the config makes them: each LR crop (nearest-upscaled) beside its GT crop."""
+    # the config loader (yaml) here and torch below load in the command, not at start-up: srgan --help stays fast
     from srgan.configs import load_config
     from srgan.configs.checks import MAX_SEED
-    from srgan.files import check_output
-    from srgan.files.errors import SrganError
 
     if output.suffix.lower() != ".png":
         raise SrganError(f"-o {output}: expected a file name ending in .png")

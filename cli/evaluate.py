@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from srgan.cli.common import CHECKPOINT_HELP, DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
+from srgan.files import check_output, write_text
+from srgan.files.errors import SrganError
 
 METRICS_HELP = (
     "Comma-separated: psnr, ssim (Y channel), lpips (AlexNet), lpips_vgg, dists (RGB, lower is better; "
@@ -26,8 +28,8 @@ def degrade_option(config: str | None, lr: Path | None):
     """--degrade CONFIG -> (its data.realesrgan, its train.seed), or None."""
     if config is None:
         return None
+    # the config loader (yaml) loads here, not at start-up: srgan --help stays fast
     from srgan.configs import load_config
-    from srgan.files.errors import SrganError
 
     if lr is not None:
         raise SrganError(f"--degrade {config} with --lr {lr}: the LR images are given, there is nothing to degrade")
@@ -65,8 +67,7 @@ def compare(
     metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr",
 ) -> None:
     """Write bicubic | SR | original side by side for one photo, each panel with its scores."""
-    from srgan.files import check_output
-    from srgan.files.errors import SrganError
+    # torch loads here, not at start-up: srgan --help stays fast
     from srgan.inference.compare import compare_picture
     from srgan.metrics import CONVENTION, ImageScores, parse_metric_names
 
@@ -117,7 +118,7 @@ def evaluate(
     metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr,ssim",
 ) -> None:
     """PSNR/SSIM (and LPIPS, DISTS) of SR and of bicubic per image and on average, as the literature computes them."""
-    from srgan.files import check_output, write_text
+    # torch loads here, not at start-up: srgan --help stays fast
     from srgan.inference.evaluate import evaluate_folders, format_table
     from srgan.metrics import ImageScores, parse_metric_names
 

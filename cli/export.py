@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from srgan.files import check_output
+
 
 def export(
     source: Annotated[
@@ -29,7 +31,7 @@ def export(
     """Write a trained generator for other tools: ONNX (onnxruntime, chaiNNer), safetensors
     (srgan, spandrel), or BasicSR's .pth (Real-ESRGAN's scripts, chaiNNer); checked by
     reading it back before it is written."""
-    from srgan.files import check_output
+    # torch loads here, not at start-up: srgan --help stays fast
     from srgan.inference.export import CHECK_SHAPES, export_format, export_generator
     from srgan.models import resolve_checkpoint_path
     from srgan.models.checkpoint import load_generator

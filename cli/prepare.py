@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from srgan.files.errors import SrganError
+
 
 def prepare(
     sources: Annotated[list[Path], typer.Argument(help="Folders of images (searched recursively) or image files.")],
@@ -26,8 +28,7 @@ def prepare(
 ) -> None:
     """Decode every image once (any mode, EXIF upright) into DATASET/pixels.u8 + index.json:
     training then slices crops from it instead of decoding a photo per crop."""
-    from srgan.data import prepare_dataset
-    from srgan.files.errors import SrganError
+    from srgan.data import prepare_dataset  # torch loads here, not at start-up: srgan --help stays fast
 
     if workers < 1:
         raise SrganError(f"--workers: expected at least 1, got {workers}")

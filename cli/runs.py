@@ -14,6 +14,7 @@ def runs(
 ) -> None:
     """One row a run: its settings against its preset, steps done / planned, state, best
     validation PSNR/SSIM with bicubic's, the last d_loss, g_loss, d_score, g_score, wall time."""
+    # torch loads here (srgan.training), not at start-up: srgan --help stays fast
     from srgan.training.runs import find_runs, format_runs, rows_as_json, sort_rows, summarize
 
     rows = sort_rows([summarize(run) for run in find_runs(folder)])

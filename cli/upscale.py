@@ -91,6 +91,7 @@ def upscale(
 ) -> None:
     """Upscale images and videos with a trained generator: <stem>_x<scale>.png (videos: .mp4, every frame, the
     same timestamps, the sound copied) beside each input or in -o."""
+    # torch loads here, not at start-up: srgan --help stays fast
     from srgan.inference.options import UpscaleOptions
     from srgan.inference.upscale import upscale_files
     from srgan.inference.video import is_video
