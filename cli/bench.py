@@ -83,6 +83,7 @@ def train(
         *(overrides or []),
     ]
     resolved = load_config(config, settings)
+    # torch loads here, not at start-up: srgan --help stays fast
     from srgan.bench.train import bench_interleaved, check_yardstick_shapes, run_yardstick, yardstick_command
 
     if compare_update and compare:
@@ -109,7 +110,7 @@ def train(
         result["yardstick_median_s_per_step"] = theirs["median_s_per_iter"]
         result["speedup"] = theirs["median_s_per_iter"] / result["median_s_per_step"]
     if flops:
-        from srgan.bench.flops import flops_report
+        from srgan.bench.flops import flops_report  # torch, as above
 
         count_command = yardstick_command(yardstick, resolved, 1, 0, esrgan) if yardstick is not None else None
         yardstick_s = result.get("yardstick_median_s_per_step")
@@ -181,7 +182,7 @@ def upscale(
     width, height = frame_size(size, "512x512")
     if iters < 1 or warmup < 0:
         raise SrganError("--iters: expected at least 1; --warmup: 0 or more")
-    from srgan.bench.upscale import bench_upscale
+    from srgan.bench.upscale import bench_upscale  # torch loads here, not at start-up: srgan --help stays fast
 
     runtime = runtime_from_options(device, precision)
     generator = bench_generator(checkpoint, load_config(config, overrides or []))
@@ -222,7 +223,7 @@ def data(
     if batches < 1:
         raise SrganError(f"--batches: expected at least 1, got {batches}")
     resolved = load_config(config, overrides or [])
-    from srgan.bench.data import bench_data
+    from srgan.bench.data import bench_data  # torch loads here, not at start-up: srgan --help stays fast
 
     result = bench_data(resolved, batches)
     if as_json:
@@ -254,7 +255,7 @@ def metrics(
 
     names = [n for n in parse_metric_names(extra, "--metrics") if n not in ("psnr", "ssim")]
     resolved = load_config(config, overrides or [])
-    from srgan.bench.metrics import bench_metrics
+    from srgan.bench.metrics import bench_metrics  # torch loads here, not at start-up: srgan --help stays fast
 
     result = bench_metrics(resolved, names)
     if as_json:
@@ -282,7 +283,10 @@ def photos(
 ) -> None:
     """DIV2K-like photos made from scikit-image's, to benchmark data loading when no real set is at hand."""
     # torch loads here, not at start-up: srgan --help stays fast
-    from srgan.bench.data import check_photo_size, make_photos
+    from srgan.bench.data import (
+        check_photo_size,
+        make_photos,
+    )  # torch loads here, not at start-up: srgan --help stays fast
 
     if not 1 <= count <= 10000:
         raise SrganError(f"--count: expected 1 to 10000, got {count}")
@@ -332,7 +336,7 @@ def video(
     width, height = frame_size(size, "320x240")
     if min(frames, batch, iters) < 1 or warmup < 0:
         raise SrganError("--frames, --batch and --iters: expected at least 1; --warmup: 0 or more")
-    from srgan.bench.video import bench_video
+    from srgan.bench.video import bench_video  # torch loads here, not at start-up: srgan --help stays fast
 
     runtime = runtime_from_options(device, precision)
     generator = bench_generator(checkpoint, load_config(config, overrides or []))

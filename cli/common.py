@@ -26,7 +26,7 @@ def runtime_from_options(device: str, precision: str):
         raise SrganError(f"--device: expected {DEVICES}, got {device!r}")
     if precision not in ("auto", "fp32", "bf16", "fp16"):
         raise SrganError(f"--precision: expected auto, fp32, bf16 or fp16, got {precision!r}")
-    from srgan.models import resolve_runtime
+    from srgan.models import resolve_runtime  # torch loads here, not at start-up: srgan --help stays fast
 
     return resolve_runtime(device, precision)
 
@@ -35,6 +35,7 @@ def generator_from_option(checkpoint, runtime):
     """The generator of a --checkpoint (an srgan checkpoint file or run folder,
     or a community model file: docs/models.md), on the runtime's device, and
     what was recognised (the command says it once its own checks pass)."""
+    # torch loads here, not at start-up: srgan --help stays fast
     from srgan.models.checkpoint import load_described_generator
 
     generator, model = load_described_generator(checkpoint)

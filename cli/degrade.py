@@ -36,7 +36,10 @@ def degrade(
         raise SrganError(f"--seed: expected 0 to {MAX_SEED}, got {seed}")
     check_output(output, force, inputs=(source,))  # before the work
     resolved = load_config(config, overrides or [])
-    from srgan.data.contact_sheet import degradation_sheet, source_images
+    from srgan.data.contact_sheet import (
+        degradation_sheet,
+        source_images,
+    )  # torch loads here, not at start-up: srgan --help stays fast
     from srgan.inference.imageio import write_png
 
     images = source_images(source, resolved.data.crop_size)

@@ -50,6 +50,6 @@ def plot(
 ) -> None:
     """Validation PSNR (or --metric), g_loss, d_loss, d_score and g_score against step, one colour a run,
     the legend naming the settings in which the runs differ (needs matplotlib)."""
-    from srgan.training.runs import plot_runs
+    from srgan.training.runs import plot_runs  # torch loads here, not at start-up: srgan --help stays fast
 
     typer.echo(plot_runs(runs, output, force, names, psnr_only, metric))

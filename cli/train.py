@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from srgan.cli.common import CONFIG_HELP, SET_HELP
+from srgan.files import check_output
+from srgan.files.errors import SrganError
 
 
 def train(
@@ -31,9 +33,8 @@ def train(
     ] = None,
 ) -> None:
     """Train a generator and discriminator as the config says (SIGINT/SIGTERM: save and stop)."""
-    from srgan.configs import load_config, resume_config
-    from srgan.files.errors import SrganError
-    from srgan.training.sweep import is_sweep
+    from srgan.configs import load_config, resume_config  # yaml loads here, not at start-up: srgan --help stays fast
+    from srgan.training.sweep import is_sweep  # torch loads here, not at start-up: srgan --help stays fast
 
     overrides, sweep = overrides or [], sweep or []  # None: the option not given
     if sweep or (resume is not None and is_sweep(resume)):
@@ -48,9 +49,8 @@ def train(
             f"choose another train.run_dir, or continue the sweep with srgan train --resume {run_dir}"
         )
     if run_dir is not None:  # the run writes its resolved config there: never over the --config it reads
-        from srgan.files import check_output
-
         check_output(run_dir / "config.yaml", overwrite=True)  # before the work (RunFolder.open checks it again)
+    # torch loads here, not at start-up: srgan --help stays fast
     from srgan.training import TrainingInterrupted
     from srgan.training import train as run_training
 
@@ -62,8 +62,7 @@ def train(
 
 
 def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resume: Path | None) -> None:
-    from srgan.files.errors import SrganError
-    from srgan.training import TrainingInterrupted
+    from srgan.training import TrainingInterrupted  # torch loads here, not at start-up: srgan --help stays fast
     from srgan.training.runs import format_runs, sort_rows, summarize
     from srgan.training.sweep import run_sweep
 
@@ -82,7 +81,7 @@ def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resu
 
 def config_list() -> None:
     """The presets, one per line."""
-    from srgan.configs import preset_names
+    from srgan.configs import preset_names  # yaml loads here, not at start-up: srgan --help stays fast
 
     for name in preset_names():
         typer.echo(name)
@@ -95,11 +94,11 @@ def config_show(
     """Print a config fully resolved (defaults and overrides applied, the network's shape read from
     model.init_from and gan.init_from where the config leaves it open), as YAML: the config a run of it
     would train with."""
-    from srgan.configs import config_to_yaml, load_config
+    from srgan.configs import config_to_yaml, load_config  # yaml loads here, not at start-up: srgan --help stays fast
 
     config = load_config(name, overrides or [])
     if config.model.init_from or config.gan.init_from:
-        from srgan.training.init_from import read_init_files
+        from srgan.training.init_from import read_init_files  # torch loads here, not at start-up
 
         config = read_init_files(config).config
     typer.echo(config_to_yaml(config), nl=False)
@@ -111,7 +110,7 @@ def samples(
 ) -> None:
     """Copy the built-in sample photos (builtin:samples) into FOLDER/train and FOLDER/val, and a held-out
     set no preset trains on into FOLDER/heldout/photos and FOLDER/heldout/synthetic."""
-    from srgan.data.samples import write_samples
+    from srgan.data.samples import write_samples  # torch loads here, not at start-up: srgan --help stays fast
 
     for target in write_samples(folder, force):
         typer.echo(target)
