@@ -119,7 +119,7 @@ def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
             )
             return VGGFeatures(config.network, layers, None)
         if not cached.is_file():
-            try:  # only downloads into the cache; the code below reads it (torch.hub would unpickle it unsafely)
+            try:  # only downloads into the cache: the code below reads it with the checks of a file the user names
                 weights.get_state_dict(progress=False, weights_only=True, check_hash=True)
             except Exception as error:  # a download can fail in many ways; all mean the same here
                 raise SrganError(
