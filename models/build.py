@@ -13,9 +13,10 @@ from srgan.models.spandrel_generator import SpandrelGenerator
 if TYPE_CHECKING:
     from srgan.configs.schema import ModelConfig
 
-# Any generator srgan runs, what inference, validation and the tiles take: the
-# three it trains, and (upscale, evaluate, compare, video) a network spandrel
-# recognised in a community file (models/spandrel_generator.py).
+# Any generator srgan runs, the type inference, validation and the tiles take:
+# the three architectures it trains, and a network spandrel recognises in a
+# community file, which upscale, evaluate, compare and video run
+# (models/spandrel_generator.py).
 SRGenerator = Generator | RRDBNet | SRVGGNetCompact | SpandrelGenerator
 
 # The model.* keys that fix the shapes of the networks' weights (each arch has
@@ -26,7 +27,8 @@ DISCRIMINATOR_KEYS = ("d_channels",)
 
 
 def build_generator(model: ModelConfig) -> SRGenerator:
-    """SRResNet, RRDBNet or SRVGGNetCompact, by `model.arch`, with fresh weights."""
+    """SRResNet, RRDBNet or SRVGGNetCompact, by `model.arch`, with fresh weights.
+    Raises ValueError for any other arch."""
     match model.arch:
         case "srresnet":
             return Generator.from_config(model)
