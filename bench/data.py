@@ -31,9 +31,10 @@ SAMPLE_EVERY_S = 0.25  # how often the processes' memory is read (a read of all 
 
 
 def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
-    """Time `batches` batches of the configured data.train (after `warmup`),
-    epochs following each other as in training; memory of the main process
-    and of each worker sampled along the way."""
+    """Time `batches` batches of the configured data.train after `warmup`
+    untimed ones, epochs following each other as in training, sampling the
+    memory of the main process and of each worker along the way; returns the
+    figures as one JSON-ready dict."""
     d = config.data
     started = time.perf_counter()
     image_set = open_image_set(
@@ -58,10 +59,10 @@ def bench_data(config: Config, batches: int, warmup: int = 2) -> dict:
     cpu_start = _cpu_seconds() if warmup == 0 else 0.0
     # A batch's time runs from the previous batch's arrival to its own, with
     # everything between counted: the next epoch's start, and the memory
-    # sampling, during which workers go on producing (left out, it let a
-    # worker refill its prefetch queue unclocked, and the bench reported
-    # ten times the pairs/s a worker can make). Memory is sampled every
-    # SAMPLE_EVERY_S, so its cost stays a few percent of the window.
+    # sampling, during which workers go on producing. Leaving that time out
+    # would let a worker refill its prefetch queue unclocked and overstate the
+    # pairs/s a worker makes. The bench samples memory only every
+    # SAMPLE_EVERY_S, so that its cost stays a small share of the window.
     last = time.perf_counter()
     last_sample = 0.0  # the first batch's arrival samples
     try:
@@ -182,7 +183,8 @@ def make_photos(folder: Path, count: int, width: int, height: int, force: bool =
     """`count` distinct photos of width x height, like DIV2K's: scikit-image's
     photos cut differently, flipped, resized with Lanczos and given a little
     sensor-like noise (so that their PNGs cost what real photos cost to
-    decode; a smooth upscale compresses far better)."""
+    decode; a smooth upscale compresses far better). Returns their paths;
+    raises SrganError, before writing any, when one exists and not `force`."""
     import skimage.data  # the samples extra: only `srgan bench photos` needs it
 
     rng = np.random.default_rng(0)
@@ -207,6 +209,7 @@ def make_photos(folder: Path, count: int, width: int, height: int, force: bool =
 
 
 def check_photo_size(size: str) -> tuple[int, int]:
+    """(width, height) from `--size` WxH; raises SrganError for another form or a side outside 16..8192."""
     try:
         width, height = (int(v) for v in size.lower().split("x"))
     except ValueError:

@@ -43,7 +43,8 @@ def step_flops(step: Callable[[], None]) -> int:
 
 def yardstick_flops(command: list[str]) -> int:
     """The operations of one yardstick step; `command` is the timing command
-    (python, script, arguments), which must ask for one step and no warm-up."""
+    (python, script, arguments), which must ask for one step and no warm-up.
+    Raises SrganError when the script fails or prints no count."""
     done = subprocess.run([command[0], "-c", _COUNT_YARDSTICK, *command[1:]], capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("flops ")]
     if done.returncode != 0 or not lines:

@@ -20,6 +20,7 @@ def cpu_flags() -> list[str]:
 
 
 def machine() -> dict:
+    """The fields every figure names about the machine: CPU, its flags, torch's threads and version, the GPU."""
     info = {
         "cpu": platform.processor() or platform.machine(),
         "cpu_flags": cpu_flags(),

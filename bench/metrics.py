@@ -19,7 +19,8 @@ def bench_metrics(config: Config, extra: list[str], repeats: int = 3) -> dict:
     """Seconds a validation image (the generator's upscale and the scores),
     for PSNR/SSIM alone and with each of `extra` added; the fastest of
     `repeats` passes over the set, after one untimed pass. Also the seconds
-    each metric's network takes to load."""
+    each metric's network takes to load. Raises SrganError when data.val is
+    null."""
     runtime = resolve_runtime(config.train.device, "fp32")
     scale = config.model.scale
     if not config.data.val:

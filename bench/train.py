@@ -30,7 +30,7 @@ def bench_interleaved(configs: list[Config], iters: int, warmup: int) -> list[di
     `loss.perceptual.weights: none` to need no VGG file: the cost is the same."""
     benches = [StepBench(config) for config in configs]
     if any(bench.runtime.device.type == "cuda" for bench in benches):
-        torch.cuda.reset_peak_memory_stats()  # once, after building: the peak of the steps
+        torch.cuda.reset_peak_memory_stats()  # once, after building, so that the peak is the steps' own
     for i in range(warmup + iters):
         for bench in benches:
             bench.step(timed=i >= warmup)
@@ -98,7 +98,7 @@ class StepBench:
 
 
 def check_yardstick_shapes(path: Path, config: Config) -> bool:
-    """Refuse a config whose step is not the yardstick's: SRGAN's
+    """Raise SrganError for a config whose step is not the yardstick's: SRGAN's
     (yardstick_step.py) or, for a config with the VGG-style D and the
     relativistic objective, ESRGAN's (yardstick_esrgan.py). Returns whether
     it is ESRGAN's, whose yardstick also takes --blocks."""
@@ -133,7 +133,8 @@ def check_yardstick_shapes(path: Path, config: Config) -> bool:
 
 def yardstick_command(path: Path, config: Config, iters: int, warmup: int, esrgan: bool = False) -> list[str]:
     """The command that times the yardstick (../shared/bench/yardstick_step.py
-    or yardstick_esrgan.py) on the config's shapes."""
+    or yardstick_esrgan.py) on the config's shapes; raises SrganError when
+    `path` is not a file."""
     if not path.is_file():
         raise SrganError(f"--yardstick: {path}: no such file")
     return [
@@ -154,7 +155,8 @@ def yardstick_command(path: Path, config: Config, iters: int, warmup: int, esrga
 
 
 def run_yardstick(path: Path, config: Config, iters: int, warmup: int, esrgan: bool = False) -> dict:
-    """The yardstick's training step on the same shapes, in a child process."""
+    """Time the yardstick's training step on the same shapes in a child process
+    and return the JSON result it prints; raises SrganError when it fails or prints none."""
     done = subprocess.run(yardstick_command(path, config, iters, warmup, esrgan), capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:

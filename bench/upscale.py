@@ -36,6 +36,7 @@ def test_photo(width: int, height: int) -> np.ndarray:
 
 
 def timed(fn, iters: int, warmup: int, device: torch.device) -> list[float]:
+    """Seconds of each of `iters` calls of `fn` after `warmup` untimed ones, `device` synchronised in each."""
     times = []
     for i in range(warmup + iters):
         started = time.perf_counter()
@@ -56,6 +57,11 @@ def bench_upscale(
     baseline: bool = True,
     onnx: Path | None = None,
 ) -> dict:
+    """Time srgan's upscaling path on a width x height photo against the plain
+    fp32 whole-image forward (with `baseline`) and, with `onnx`, onnxruntime
+    running that file; returns the figures as one JSON-ready dict. Raises
+    SrganError when the result or the plain forward would not fit in memory,
+    or the ONNX file cannot be loaded."""
     check_upscale_memory("--size", width, height, 1, generator.scale, None)
     available = available_ram()
     # the plain forward holds the whole image's activations: the last x2 stage's, twice, in fp32
@@ -131,7 +137,8 @@ def bench_onnxruntime(
 ) -> dict:
     """onnxruntime (CPU) on the same image, the whole image at once, with as
     many threads as torch uses; its 8-bit output compared with srgan's. Timed
-    as srgan's path is, from 8-bit pixels to 8-bit pixels."""
+    as srgan's path is, from 8-bit pixels to 8-bit pixels. Raises SrganError
+    when its output size differs from srgan's."""
     graph_input = session.get_inputs()[0]
     dtype = np.float16 if graph_input.type == "tensor(float16)" else np.float32
     outputs: list[np.ndarray] = []
@@ -161,7 +168,8 @@ def bench_onnxruntime(
 
 
 def onnxruntime_session(path: Path):
-    """A CPU session of the file with torch's thread count, or a one-line refusal."""
+    """A CPU session of the file with torch's thread count. Raises SrganError
+    without onnxruntime, and for a file that is missing or that it cannot load."""
     require_export_extra("--onnx", ("onnxruntime",))
     if not Path(path).is_file():
         raise SrganError(f"{path}: no such ONNX file")

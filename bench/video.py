@@ -29,7 +29,8 @@ SAMPLE_RATE = 22050  # of the test clips' tone
 
 
 def panning_frames(photo: np.ndarray, width: int, height: int, count: int) -> list[np.ndarray]:
-    """`count` width x height views of `photo`, moving one pixel down and two right per frame."""
+    """`count` width x height views of `photo`, moving one pixel down and two right per frame;
+    raises ValueError when `photo` is too small for them."""
     if photo.shape[0] < height + count or photo.shape[1] < width + 2 * count:
         raise ValueError(
             f"a {photo.shape[1]}x{photo.shape[0]} photo is too small for {count} frames of {width}x{height}"
@@ -47,7 +48,8 @@ def write_clip(
 ) -> Path:
     """H.264 (yuv420p) of `frames` at `times` (seconds; default 25 fps: a
     variable frame rate when they are uneven), in a millisecond time base,
-    with a 440 Hz AAC tone as long as the clip when `sound`."""
+    with a 440 Hz AAC tone as long as the clip when `sound`. Returns `path`;
+    raises SrganError without PyAV."""
     av = require_av()
     times = [i / 25 for i in range(len(frames))] if times is None else times
     height, width = frames[0].shape[:2]
@@ -96,7 +98,8 @@ def bench_video(
     (and sound), and of its network alone on the same frames, timed in turn
     `iters` times after `warmup` rounds; medians. `compare_overlap`: also
     time the pipeline with the network and the encoder running at once on
-    the CPU, rather than in turn (inference/video.py's _Job)."""
+    the CPU, rather than in turn (inference/video.py's _Job). Returns the
+    figures as one JSON-ready dict."""
     network = inference_network(generator.eval(), runtime)
     pad = tile_pad(network, runtime).pad  # measured (or cached) before the timing
     per_forward, tile = frames_per_forward(network, runtime, height, width, None, pad, batch)

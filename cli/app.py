@@ -73,18 +73,19 @@ def _print_error(line: str) -> None:
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised where it comes as Ctrl-C's KeyboardInterrupt is, so that
-    the same clean-up runs (a temporary file being written is removed, video
-    threads stop) and no `except Exception` takes it for a failure. Not a
-    KeyboardInterrupt: typer turns that into a silent exit 130. Training
-    records the signal instead (training/signals.py) and saves first."""
+    """SIGTERM, raised wherever the program stands, as Ctrl-C raises
+    KeyboardInterrupt, so that the same clean-up runs (a temporary file
+    being written is removed, video threads stop) and no `except Exception`
+    takes it for a failure. Not a KeyboardInterrupt: typer turns that into a
+    silent exit 130. Training records the signal instead (training/signals.py)
+    and saves first."""
 
 
 @contextlib.contextmanager
 def sigterm_as_interrupt():
     """While active, SIGTERM (kill, systemd, Slurm) ends the command as Ctrl-C
-    does instead of killing it where it stands, which left the temporary file
-    of an output being written behind. A second SIGTERM kills at once."""
+    does instead of killing it where it stands, which would leave behind the
+    temporary file of an output being written. A second SIGTERM kills at once."""
 
     def handle(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

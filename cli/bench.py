@@ -110,7 +110,7 @@ def train(
         result["yardstick_median_s_per_step"] = theirs["median_s_per_iter"]
         result["speedup"] = theirs["median_s_per_iter"] / result["median_s_per_step"]
     if flops:
-        from srgan.bench.flops import flops_report  # torch, as above
+        from srgan.bench.flops import flops_report  # here for the same reason as the imports above
 
         count_command = yardstick_command(yardstick, resolved, 1, 0, esrgan) if yardstick is not None else None
         yardstick_s = result.get("yardstick_median_s_per_step")
@@ -286,7 +286,7 @@ def photos(
     from srgan.bench.data import (
         check_photo_size,
         make_photos,
-    )  # torch loads here, not at start-up: srgan --help stays fast
+    )
 
     if not 1 <= count <= 10000:
         raise SrganError(f"--count: expected 1 to 10000, got {count}")
@@ -356,7 +356,7 @@ def video(
 
 
 def frame_size(size: str, example: str) -> tuple[int, int]:
-    """--size WxH -> (width, height), both at least 1."""
+    """--size WxH -> (width, height), both at least 1; SrganError for anything else."""
     try:
         width, height = (int(v) for v in size.lower().split("x"))
     except ValueError:

@@ -19,7 +19,8 @@ PRECISION_HELP = "auto (bf16 where the device runs it fast, else fp32), fp32, bf
 
 
 def runtime_from_options(device: str, precision: str):
-    """Check --device/--precision and resolve them (imports torch)."""
+    """The runtime that --device and --precision resolve to (this imports torch);
+    SrganError for a device or a precision srgan does not know."""
     from srgan.configs.checks import DEVICES, is_device  # srgan.configs imports yaml, which --help does not need
 
     if not is_device(device):
@@ -34,7 +35,8 @@ def runtime_from_options(device: str, precision: str):
 def generator_from_option(checkpoint, runtime):
     """The generator of a --checkpoint (an srgan checkpoint file or run folder,
     or a community model file: docs/models.md), on the runtime's device, and
-    what was recognised (the command says it once its own checks pass)."""
+    the description of the model it recognised (the command prints it once its
+    own checks pass); SrganError for a file it cannot load."""
     # torch loads here, not at start-up: srgan --help stays fast
     from srgan.models.checkpoint import load_described_generator
 

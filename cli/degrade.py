@@ -39,7 +39,7 @@ def degrade(
     from srgan.data.contact_sheet import (
         degradation_sheet,
         source_images,
-    )  # torch loads here, not at start-up: srgan --help stays fast
+    )
     from srgan.inference.imageio import write_png
 
     images = source_images(source, resolved.data.crop_size)

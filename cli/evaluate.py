@@ -25,7 +25,8 @@ DEGRADE_HELP = (
 
 
 def degrade_option(config: str | None, lr: Path | None):
-    """--degrade CONFIG -> (its data.realesrgan, its train.seed), or None."""
+    """--degrade CONFIG -> (its data.realesrgan, its train.seed), or None without one; SrganError
+    with --lr, or for a config whose data.degradation is not realesrgan."""
     if config is None:
         return None
     # the config loader (yaml) loads here, not at start-up: srgan --help stays fast

@@ -36,7 +36,7 @@ def export(
     from srgan.models import resolve_checkpoint_path
     from srgan.models.checkpoint import load_generator
 
-    export_format(output)  # a bad extension or an existing file is refused before the model is read
+    export_format(output)  # refuse a bad extension or an existing file before reading the model
     checkpoint = resolve_checkpoint_path(source)
     check_output(output, force, (checkpoint,))
     report = export_generator(load_generator(checkpoint), output, fp16, opset, force, (checkpoint,), checkpoint)

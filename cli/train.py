@@ -43,7 +43,8 @@ def train(
         config = str(resume_config(resume))
     resolved = load_config(config, overrides)  # before importing torch: bad keys fail fast
     run_dir = Path(resolved.train.run_dir) if resume is None and resolved.train.run_dir else None
-    if run_dir is not None and is_sweep(run_dir):  # a run's files among the variants would be neither's
+    # a run's files among the sweep's variant folders would belong to neither
+    if run_dir is not None and is_sweep(run_dir):
         raise SrganError(
             f"train.run_dir: {run_dir} holds a sweep (sweep.yaml); a run needs a folder of its own: "
             f"choose another train.run_dir, or continue the sweep with srgan train --resume {run_dir}"
@@ -58,10 +59,12 @@ def train(
         run_training(resolved, resume=resume)
     except TrainingInterrupted as stop:
         typer.echo(f"srgan: {stop}", err=True)
-        raise typer.Exit(128 + stop.signum) from None  # said on the line above
+        raise typer.Exit(128 + stop.signum) from None  # the message above says why
 
 
 def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resume: Path | None) -> None:
+    """`srgan train --sweep`, or --resume of a sweep folder: train every variant, then print their table;
+    exit 1 if any did not finish. SrganError for --resume with --sweep or --config."""
     from srgan.training import TrainingInterrupted  # torch loads here, not at start-up: srgan --help stays fast
     from srgan.training.runs import format_runs, sort_rows, summarize
     from srgan.training.sweep import run_sweep
@@ -72,7 +75,7 @@ def train_sweep(config: str | None, overrides: list[str], sweep: list[str], resu
         folders = run_sweep(config, overrides, sweep, resume)
     except TrainingInterrupted as stop:
         typer.echo(f"srgan: {stop}", err=True)
-        raise typer.Exit(128 + stop.signum) from None  # said on the line above
+        raise typer.Exit(128 + stop.signum) from None  # the message above says why
     rows = sort_rows([summarize(folder) for folder in folders])
     typer.echo(format_runs(rows, folders[0].parent))
     if any(row["state"] != "finished" for row in rows):

@@ -1,7 +1,7 @@
-"""The checks of a `Config`, the one place one is validated: after the
-loader (configs/loader.py) has typed it, whether it came from a YAML file,
-`--set` or a checkpoint. A function a section, run in one order, so that of
-two mistakes the same one is always reported.
+"""The checks of a `Config`, the one place that validates one: they run
+after the loader (configs/loader.py) has typed it, whether it came from a
+YAML file, `--set` or a checkpoint. One function checks each section, always
+in the same order, so that of two mistakes the same one is always reported.
 
 Each error names the origin (a file, --set, a checkpoint), the dotted key
 and what was expected."""
@@ -18,10 +18,10 @@ from srgan.configs.networks import VGG_BLOCKS, generator_parameters, perceptual_
 from srgan.configs.schema import ARCH_KEYS, ARCH_SCALES, BUILTIN_SAMPLES, OWN_ARCHS, Config, arch_has_key
 from srgan.files.errors import SrganError
 
-# Upper bounds on what a config may ask for, checked before anything is
-# allocated, whether the config comes from the user or from a checkpoint: far
-# above any published SRResNet/SRGAN (16 blocks, 64 channels), far below
-# what would exhaust memory while building the networks.
+# Upper bounds on what a config may ask for, which the checks apply before
+# srgan allocates anything, whether the config comes from the user or from
+# a checkpoint: far above any published SRResNet/SRGAN (16 blocks, 64
+# channels), far below what would exhaust memory while building the networks.
 LIMITS = {
     "model.blocks": 128,
     "model.channels": 512,
@@ -84,7 +84,7 @@ def _need(origin: str) -> Callable[[bool, str, str, Any], None]:
 
 def _one_perceptual_layer_setting(config: Config, raw: dict, origin: str) -> None:
     """loss.perceptual.layers replaces loss.perceptual.layer: the resolved
-    config holds layer null then, and a config that names both is refused
+    config holds layer null then, and this refuses a config that names both
     (it could mean either)."""
     perceptual = config.loss.perceptual
     given = (raw.get("loss") or {}).get("perceptual") or {}  # mappings: _build checked them

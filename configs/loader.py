@@ -1,6 +1,6 @@
 """YAML -> typed `Config`: presets by name or files by path, `--set`
-overrides, the types of every key; the checks of the values are
-configs/checks.py's, run on every config built here.
+overrides, the types of every key; configs/checks.py checks the values of
+every config built here.
 
 Each error names the dotted key (and the file) and what was expected."""
 
@@ -27,6 +27,7 @@ MAX_CONFIG_BYTES = 1 << 20  # a YAML config is a page of text
 
 
 def preset_names() -> list[str]:
+    """The names of the presets shipped beside this module, sorted."""
     folder = resources.files("srgan.configs")
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
@@ -41,11 +42,12 @@ def resume_config(run_dir: Path | str) -> Path:
 
 
 def load_config(source: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """A preset name or a YAML path (default: the demo preset), then `key.path=value` overrides."""
+    """The Config of a preset name or a YAML path (default: the demo preset), then `key.path=value`
+    overrides; SrganError naming the file (or --set), the key and what was expected at the first mistake."""
     source = source or DEFAULT_PRESET
     raw, origin, stem = _read_source(source)
     raw.setdefault("name", stem)
-    config = config_from_dict(raw, origin)  # the file's own mistakes name the file
+    config = config_from_dict(raw, origin)  # check the file alone first, so that its mistakes name the file, not --set
     if overrides:
         for item in overrides:
             _apply_override(raw, item)
@@ -70,9 +72,9 @@ def _dotted_keys(raw: dict, prefix: str = "") -> list[str]:
 
 def _drop_keys_of_another_arch(raw: dict, overrides: list[str] | tuple[str, ...]) -> None:
     """`--set model.arch=rrdb` on a preset written for srresnet: the preset's
-    srresnet-only keys (model.norm, ...) became moot, not mistakes of the
-    user's, and are dropped. A key that --set names itself is kept, and
-    refused if it does not apply."""
+    srresnet-only keys (model.norm, ...) no longer apply, and are no mistake
+    of the user's: drop them. Keep a key that --set names itself, so that the
+    checks refuse it if it does not apply."""
     named = {item.partition("=")[0].strip() for item in overrides}
     model = raw.get("model")
     if "model.arch" not in named or not isinstance(model, dict):
@@ -84,8 +86,8 @@ def _drop_keys_of_another_arch(raw: dict, overrides: list[str] | tuple[str, ...]
 
 def _drop_degradation_settings_if_bicubic(raw: dict, overrides: list[str] | tuple[str, ...]) -> None:
     """`--set data.degradation=bicubic` on a realesrgan preset: the preset's
-    data.realesrgan became moot and is dropped, as another arch's model keys
-    are; a data.realesrgan key that --set names itself is kept, and refused."""
+    data.realesrgan no longer applies; drop it, as another arch's model keys.
+    Keep a data.realesrgan key that --set names itself, so that the checks refuse it."""
     named = {item.partition("=")[0].strip() for item in overrides}
     data = raw.get("data")
     if "data.degradation" not in named or not isinstance(data, dict) or data.get("degradation") == "realesrgan":
@@ -95,15 +97,16 @@ def _drop_degradation_settings_if_bicubic(raw: dict, overrides: list[str] | tupl
 
 
 def config_from_dict(raw: dict, origin: str = "config") -> Config:
-    """Type-check a plain dict (from YAML or a checkpoint) into a `Config`."""
+    """Type-check a plain dict (from YAML or a checkpoint) into a `Config`; SrganError naming
+    `origin`, the key and what was expected at the first mistake."""
     config = _build(Config, raw, "", origin)
     check_config(config, raw, origin)
     return config
 
 
 def config_to_dict(config: Config) -> dict:
-    """The config as plain values: the keys of its model.arch only (a key of
-    another arch would be refused when the dict is loaded again)."""
+    """The config as plain values: the keys of its model.arch only (the
+    loader would refuse a key of another arch when it loads the dict again)."""
     values = dataclasses.asdict(config)
     del values["given_keys"]  # how the config was written, not a setting
     for key in list(values["model"]):
@@ -141,9 +144,10 @@ def _read_source(source: str) -> tuple[dict, str, str]:
 
 
 def read_yaml_file(path: Path, what: str, unique_keys: bool = False) -> Any:
-    """A YAML `what` ("config", "sweep plan") of at most MAX_CONFIG_BYTES that
-    anyone may have edited, parsed (see parse_yaml); read by the one bounded
-    reader of regular files (a FIFO would wait forever, a device never ends)."""
+    """The parsed YAML `what` ("config", "sweep plan") of at most
+    MAX_CONFIG_BYTES that anyone may have edited (see parse_yaml); SrganError
+    for a file too large, not regular, not UTF-8 or not YAML. It reads with
+    read_regular_bytes (a FIFO would wait forever, a device never ends)."""
     data = read_regular_bytes(path, MAX_CONFIG_BYTES, what)
     try:
         text = data.decode("utf-8")
@@ -210,7 +214,7 @@ def _apply_override(raw: dict, item: str) -> None:
         )
     else:
         # a section given whole changes the keys it names, not the others
-        # (its unknown keys are refused with their dotted path by _build)
+        # (_build refuses its unknown keys with their dotted path)
         if not isinstance(node.get(parts[-1]), dict):
             node[parts[-1]] = {}
         _merge(node[parts[-1]], value, section)

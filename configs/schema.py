@@ -42,8 +42,8 @@ class ModelConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-# The model.* keys that only some architectures have: a config naming one
-# with another arch is refused (configs/checks.py), and the config written
+# The model.* keys that only some architectures have: configs/checks.py
+# refuses a config naming one with another arch, and the config written
 # into a run folder or checkpoint leaves them out.
 OWN_ARCHS = ("srresnet", "rrdb", "compact")
 ARCH_KEYS = {
@@ -186,7 +186,7 @@ class DataConfig:
     # Keep the decoded training images in memory when they fit in this many
     # MB (decoding a photo per crop costs more than the crop); 0 = never.
     cache_mb: int = 2048
-    # Validation images are centre-cropped to at most this many HR pixels a
+    # Validation centre-crops its images to at most this many HR pixels a
     # side (0 = whole image), which bounds validation time on big photos.
     val_max_size: int = 0
     # How the LR is made from an HR crop: bicubic, PIL's bicubic downscale (the
@@ -277,8 +277,8 @@ class GanConfig:
 
 @dataclass
 class LrSchedule:
-    # Steps at which both learning rates are multiplied by `gamma`, e.g. the
-    # paper's SRGAN: 1e-4, then 1e-5 for the second half.
+    # Steps at which the schedule multiplies both learning rates by `gamma`,
+    # e.g. the paper's SRGAN: 1e-4, then 1e-5 for the second half.
     milestones: list[int] = field(default_factory=list)
     gamma: float = 0.1
     # step: the milestones alone. cosine: also a cosine decay, to `min_factor`
@@ -315,9 +315,9 @@ class TrainConfig:
     channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)
     compile: bool = False  # torch.compile the networks (slow to start; see docs/performance.md)
     seed: int = 0
-    # Gradients of this many micro-batches (of data.batch_size / accumulate
-    # crops each) summed before each optimizer step, for both networks: the
-    # batch of a GPU that cannot hold it at once.
+    # Sum the gradients of this many micro-batches (of data.batch_size /
+    # accumulate crops each) before each optimizer step, for both networks:
+    # a GPU that cannot hold the batch at once still trains on it.
     accumulate: int = 1
     # Deterministic kernels only (torch.use_deterministic_algorithms, oneDNN's and
     # cuDNN's deterministic modes): a config and a seed fix the bits. false: the

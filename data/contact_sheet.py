@@ -17,7 +17,9 @@ from srgan.files.reading import not_found
 
 
 def source_images(source: Path, crop_size: int) -> FolderImages | PreparedImages:
-    """SOURCE: an image file, a folder of them, or a prepared dataset."""
+    """The images of SOURCE: an image file, a folder of them, or a prepared
+    dataset. Raises SrganError for a file that is no image, cannot be decoded
+    or is smaller than `crop_size`, and for what open_images refuses."""
     if source.exists() and not (source.is_file() or source.is_dir()):  # a FIFO, a device: never opened
         raise not_found(source, "file or folder")
     if source.is_file():

@@ -49,8 +49,9 @@ def named(key: str, spec: str) -> str:
 
 def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
     """The usable image files of a `data.train`/`data.val` value: a folder, or
-    builtin:samples. Files that are not images or are smaller than
-    `min_side` are skipped with one warning each."""
+    builtin:samples. It skips files that are not images or are smaller than
+    `min_side`, with one warning each, and raises SrganError when the value
+    is no folder or no file is usable."""
     if spec == BUILTIN_SAMPLES:
         candidates = sample_paths(TRAIN_SAMPLES if key == "data.train" else VAL_SAMPLES)
     else:
@@ -81,11 +82,12 @@ def resolve_images(spec: str, key: str, min_side: int) -> list[Path]:
 
 
 class FolderImages:
-    """Image files as HxWx3 uint8 arrays. The first images that fit in
-    `cache_mb` are decoded once, up front (a 2K PNG takes ~0.1 s to decode,
-    its crop ~0 s; DataLoader workers share the arrays); the rest are decoded
-    each time they are asked for. Decoding up front also finds the files that
-    are broken past their header: they are dropped with a warning."""
+    """Image files as HxWx3 uint8 arrays. It decodes the first images that
+    fit in `cache_mb` once, up front (decoding a photo costs far more than
+    cropping it, docs/performance.md; DataLoader workers share the arrays),
+    and the rest each time they are asked for. Decoding up front also finds
+    the files that are broken past their header: it drops them with a
+    warning, and raises SrganError when none can be decoded."""
 
     def __init__(self, paths: list[Path], cache_mb: int = 0, key: str = "data.train", spec: str = ""):
         sizes = [image_size(path) for path in paths]  # (width, height), from the headers
@@ -211,7 +213,8 @@ class TrainPairs(Dataset):
 
 def first_decodable(i: int, count: int, broken: set[int], load: Callable[[int], T], what: str) -> T:
     """load(i), or if item i is broken past its header the next good one
-    (cyclically); the broken are remembered in `broken` and warned of once."""
+    (cyclically); `broken` remembers the broken ones, so each is warned of
+    once. Raises SrganError when none of the `count` items loads."""
     for j in range(i, i + count):
         if j % count in broken:
             continue

@@ -113,8 +113,8 @@ def blur(image: torch.Tensor, kernel: np.ndarray) -> torch.Tensor:
     height, width = image.shape[-2:]
     mode = "reflect" if pad < min(height, width) else "replicate"
     padded = F.pad(image[None], (pad, pad, pad, pad), mode=mode)[0]
-    # a transform length of small primes (276 = 4 x 3 x 23 costs twice 288); longer
-    # than the padded image, the wrap-around stays within the part cut away below
+    # a transform length of small primes, which the FFT runs faster (docs/degradations.md);
+    # longer than the padded image, the wrap-around stays within the part cut away below
     size = (_fast_length(padded.shape[-2]), _fast_length(padded.shape[-1]))
     # every kernel here is symmetric under a half turn: correlation is convolution
     spectrum = torch.fft.rfft2(torch.from_numpy(kernel.astype(np.float32)), s=size)
@@ -181,8 +181,8 @@ def add_noise(image: torch.Tensor, settings: NoiseConfig, rng: np.random.Generat
 
 
 def jpeg(image: torch.Tensor, quality: int) -> torch.Tensor:
-    """Encoded and decoded by Pillow's libjpeg at `quality` (4:2:0, its
-    default). torchvision.io's encoder is faster but deprecated since
+    """The image encoded and decoded by Pillow's libjpeg at `quality` (4:2:0,
+    its default). torchvision.io's encoder is faster but deprecated since
     torchvision 0.29."""
     pixels = (image * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
     buffer = io.BytesIO()
@@ -222,8 +222,8 @@ def degrade(hr: torch.Tensor, scale: int, settings: RealEsrganDegradation, rng: 
     """3xHxW HR in [0, 1] -> 3x(H/scale)x(W/scale) LR in [0, 1] on the 8-bit grid:
     Real-ESRGAN's realesrgan_model.py feed_data, step by step. On one thread,
     as in a DataLoader worker, also when called in the training process
-    (data.workers 0): ops on one small image gain nothing from more, and lose
-    up to 30x on a busy machine (docs/degradations.md)."""
+    (data.workers 0): ops on one small image gain nothing from more threads,
+    and lose much on a busy machine (docs/degradations.md)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -243,7 +243,7 @@ def _degrade(hr: torch.Tensor, scale: int, settings: RealEsrganDegradation, rng:
     final = settings.final
     kernel = None
     if rng.random() < final.sinc_prob:
-        size = int(rng.choice(settings.second.blur.kernel_sizes))  # Real-ESRGAN: its kernel sizes
+        size = int(rng.choice(settings.second.blur.kernel_sizes))  # Real-ESRGAN's final sinc takes these sizes too
         kernel = sinc_kernel(size, _uniform(rng, final.sinc_cutoff) * math.pi)
     quality = _quality(rng, settings.second.jpeg_quality)
     mode = _mode(rng, final.modes)

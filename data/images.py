@@ -17,8 +17,8 @@ log = logging.getLogger("srgan")
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
 # The most pixels an input image may have: Pillow's own refusal threshold
-# (twice its MAX_IMAGE_PIXELS: about 13,400 x 13,400), checked from the
-# header before any decoder allocates what the header claims.
+# (twice its MAX_IMAGE_PIXELS: about 13,400 x 13,400). check_pixels checks it
+# from the header, before any decoder allocates what the header claims.
 MAX_IMAGE_PIXELS = 2 * 89_478_485
 
 
@@ -38,10 +38,12 @@ def find_images(folder: Path) -> list[Path]:
 
 
 def image_size(path: Path) -> tuple[int, int]:
-    """(width, height) from the header, after EXIF orientation; raises on a
-    non-image. Reads no pixels: a PNG's EXIF is taken only when it comes
-    before the image data (Pillow's getexif would decode the whole PNG to look
-    for one after it, 0.1-0.2 s for a 2K photo)."""
+    """(width, height) from the header, after EXIF orientation. Raises
+    SrganError for a path that is no regular file or an image over
+    MAX_IMAGE_PIXELS, and Pillow's own errors for a non-image. It reads no
+    pixels, so it takes a PNG's EXIF only when it comes before the image
+    data (Pillow's getexif would decode the whole PNG to look for one after
+    it)."""
     reading_regular(path, "an image")
     with Image.open(path) as im:
         width, height = im.size
@@ -55,7 +57,9 @@ def image_size(path: Path) -> tuple[int, int]:
 
 def load_rgb8(path: Path) -> np.ndarray:
     """Decode to an HxWx3 uint8 array, upright per EXIF, whatever the mode:
-    grayscale, palette, RGBA (alpha dropped), CMYK, 16-bit."""
+    grayscale, palette, RGBA (alpha dropped), CMYK, 16-bit. Raises as
+    image_size does, and Pillow's own errors for a file broken past its
+    header."""
     reading_regular(path, "an image")
     with Image.open(path) as im:
         check_pixels(path, *im.size)

@@ -2,16 +2,17 @@
 a renderer at two resolutions) rather than made by bicubic downscaling.
 
 An LR image is matched to the HR image with the same relative path less its
-extension (a.png <-> a.jpg, sub/b.png <-> sub/b.webp). A pair is used when
-the HR is LR x scale, or larger by fewer than `scale` pixels a side (it is
-then cut to LR x scale from its top-left corner, as BasicSR's paired dataset
-does for validation and as srgan's own mod-crop does before a bicubic LR);
-any other pair is skipped with a warning naming it. Images without a partner
-(either side) are skipped with one warning: a count and the first few names.
+extension (a.png <-> a.jpg, sub/b.png <-> sub/b.webp). srgan uses a pair when
+the HR is LR x scale, or larger by fewer than `scale` pixels a side (it then
+cuts the HR to LR x scale from its top-left corner, as BasicSR's paired
+dataset does for validation and as srgan's own mod-crop does before a
+bicubic LR), and skips any other pair with a warning naming it. It skips
+images without a partner (either side) with one warning: a count and the
+first few names.
 
 Training crops are aligned (the LR crop at (x, y), the HR crop at (x s, y s))
 and flipped and turned together, their randomness drawn from (seed, epoch,
-index) as TrainPairs' is; validation images are centre-cropped aligned."""
+index) as TrainPairs' is; validation crops the centres of both sides, aligned."""
 
 from __future__ import annotations
 
@@ -74,7 +75,9 @@ def open_image_set(
 ) -> FolderImages | PreparedImages | PairedImages:
     """The images of data.train (data.val) with data.train_lr (data.val_lr):
     HR images alone (open_images), a folder pair, or a prepared paired set.
-    `min_side`: the HR side an image needs (its LR needs min_side / scale)."""
+    `min_side`: the HR side an image needs (its LR needs min_side / scale).
+    Raises SrganError for an LR folder beside a prepared set, a prepared set
+    of another scale, and a folder pair with no usable pair."""
     path = Path(spec).expanduser()
     if spec != BUILTIN_SAMPLES and is_prepared(path):
         prepared = PreparedImages(path, min_side, key)
@@ -157,7 +160,8 @@ def training_crops(
     degradation: RealEsrganDegradation | None = None,
 ) -> TrainPairs | PairedCrops:
     """The training dataset of an image set: crops with bicubic (or
-    `degradation`'s) LR, or aligned paired crops."""
+    `degradation`'s) LR, or aligned paired crops. Raises SrganError for a
+    `degradation` of paired images, whose LR is given."""
     if isinstance(images, PairedImages):
         if degradation is not None:
             raise SrganError(

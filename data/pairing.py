@@ -1,6 +1,6 @@
 """Matching LR image files to their HR partners: an LR image belongs to the HR
 image with the same relative path less its extension (a.png <-> a.jpg,
-sub/b.png <-> sub/b.webp), and a pair is used when the HR is LR x scale or
+sub/b.png <-> sub/b.webp), and srgan uses a pair when the HR is LR x scale or
 larger by fewer than `scale` pixels a side. Both the paired datasets
 (srgan.data.paired) and `srgan prepare --lr` (srgan.data.prepared) match
 files here."""
@@ -29,9 +29,11 @@ def stem_key(path: Path, root: Path) -> str:
 def folder_pairs(
     hr_paths: list[Path], hr_root: Path, lr_root: Path, hr_key: str, lr_key: str
 ) -> list[tuple[Path, Path]]:
-    """(HR, LR) file pairs, in the HR images' order. Unmatched images on either
-    side: one warning with their count and first names. Two files of one side
-    for the same stem (a.png and a.jpg): that stem is skipped with a warning."""
+    """(HR, LR) file pairs, in the HR images' order. It warns once of the
+    images without a partner on each side (their count and first names), and
+    skips with a warning a stem that names two files of one side (a.png and
+    a.jpg). Raises SrganError when the LR folder is missing or holds the HR
+    images, and when no HR image has a partner."""
     if not lr_root.is_dir():
         kind = kind_of(lr_root)
         there = "no such folder" if kind is None else f"not a folder ({kind})"

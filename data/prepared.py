@@ -13,10 +13,10 @@ every DataLoader worker and every training process on the machine maps the
 same file and shares its pages through the page cache, so memory does not
 grow with workers; and it needs no library (LMDB) and no re-encoding
 (BasicSR's sub-images are PNGs decoded again for every crop). It costs disk:
-the raw size, about twice DIV2K's PNGs (6.7 GB for its 800 training images).
+the raw size, larger than the PNGs it comes from (docs/performance.md).
 
-A dataset is written under a temporary name and renamed when complete: an
-interrupted or failed `srgan prepare` never leaves one that looks whole."""
+`srgan prepare` writes a dataset under a temporary name and renames it when
+complete, so an interrupted or failed run never leaves one that looks whole."""
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ MAX_PAIRED_SCALE = 8
 INDEX_NAME = "index.json"
 PIXELS_NAME = "pixels.u8"
 ALIGN = 64
-# index.json is read whole: about 100 bytes an image, so this holds a couple of
-# million images' entries and keeps a forged one from filling the memory.
+# read_index reads index.json whole: at about 100 bytes an image, this holds a
+# couple of million images' entries and keeps a forged one from filling the memory.
 MAX_INDEX_BYTES = 256 * 2**20
 
 
@@ -70,8 +70,10 @@ def is_prepared(path: Path) -> bool:
 
 class PreparedImages:
     """The images of a prepared dataset, as read-only HxWx3 uint8 views of
-    one memory-mapped file. The mapping is opened lazily in each process (a
-    DataLoader worker maps the file itself; nothing is copied to it)."""
+    one memory-mapped file. Each process opens the mapping lazily (a
+    DataLoader worker maps the file itself, so nothing is copied to it).
+    Raises SrganError for a damaged index (read_index) and when no image is
+    at least `min_side` px."""
 
     def __init__(self, path: Path, min_side: int = 0, key: str = "data.train"):
         self.path = Path(path)
@@ -125,14 +127,15 @@ class PreparedImages:
         return chosen
 
     def __getstate__(self) -> dict:
-        # Pickled for a spawned worker: it maps the file itself rather than receive a copy.
+        # What a spawned worker receives: it maps the file itself rather than receive a copy.
         return {**self.__dict__, "_pixels": None}
 
 
 def read_index(path: Path, key: str = "data.train") -> list[dict]:
-    """The checked image entries of a prepared dataset, or a one-line refusal
-    naming what is wrong: a foreign or damaged index, another format
-    version, a pixel file shorter than the index says."""
+    """The checked image entries of a prepared dataset. Raises SrganError,
+    one line naming what is wrong, for a foreign or damaged index, another
+    format version, or a pixel file that is missing or of another size than
+    the index says."""
     return read_index_and_scale(path, key)[0]
 
 
@@ -178,7 +181,7 @@ def read_index_and_scale(path: Path, key: str = "data.train") -> tuple[list[dict
     for n, entry in enumerate(entries):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise SrganError(f"{key}: {index_path}: image {n} is damaged (no name)")
-        # A paired entry's LR region follows its HR region: both checked the same way.
+        # A paired entry's LR region follows its HR region: the loop checks both the same way.
         regions = [entry] if scale is None else [entry, entry.get("lr")]
         for region in regions:
             if not isinstance(region, dict) or not _region_ok(region, declared):
@@ -222,11 +225,13 @@ def prepare_dataset(
     scale: int | None = None,
 ) -> dict:
     """Decode every image below `sources` (in the order a folder's images are
-    trained on) into a prepared dataset at `out`; a file that cannot be
-    decoded is skipped with one warning. With `lr_folder` (and `scale`): a
-    paired set of one HR folder's images and their LR partners, matched as
-    data.train_lr matches them (srgan.data.pairing). Returns counts for the
-    summary."""
+    trained on) into a prepared dataset at `out`, skipping with one warning a
+    file that cannot be decoded. With `lr_folder` (and `scale`): a paired set
+    of one HR folder's images and their LR partners, matched as data.train_lr
+    matches them (srgan.data.pairing). Returns counts for the summary. Raises
+    SrganError for --lr without one HR folder and a valid `scale`, an `out`
+    that exists without `force`, is no prepared dataset or holds a source,
+    and when nothing decodes; DiskFull when the disk fills up."""
     out = Path(out)
     decode: Callable[[Any], list[np.ndarray] | None] = _decode_one
     if lr_folder is None:
@@ -321,8 +326,8 @@ def _source_images(sources: list[Path]) -> list[Path]:
 def _write_pixels(
     jobs: list, target: Path, workers: int, decode: Callable[[Any], list[np.ndarray] | None]
 ) -> tuple[list[tuple[Any, list[dict]]], int, int]:
-    """Decode with `workers` threads (Pillow decodes without the GIL), at most
-    2 x workers jobs in memory, and append their images to `target` in order
+    """Decode with `workers` threads (Pillow decodes without the GIL), with at
+    most 2 x workers jobs in memory, and append their images to `target` in order
     (a job: an image file, or an HR/LR pair). Returns each written job with
     its images' {height, width, offset}, the jobs skipped, the bytes written."""
     written, skipped, offset = [], 0, 0
@@ -334,7 +339,7 @@ def _write_pixels(
     ):
         pending = {n: pool.submit(decode, job) for n, job in enumerate(jobs[:window])}
         for n, job in enumerate(jobs):
-            images = pending.pop(n).result()  # the future goes: the decoded images go once written
+            images = pending.pop(n).result()  # dropping the future frees its images once written
             if n + window < len(jobs):
                 pending[n + window] = pool.submit(decode, jobs[n + window])
             bar.update()

@@ -40,12 +40,13 @@ def skimage_folder() -> Path:
 
 
 def sample_paths(names: tuple[str, ...] | list[str]) -> list[Path]:
-    """The files of the named sample photos inside the installed scikit-image."""
+    """The files of the named sample photos inside the installed scikit-image.
+    Raises SrganError when scikit-image or one of the photos is missing."""
     return [skimage_file(SAMPLE_FILES[name]) for name in names]
 
 
 def skimage_file(name: str) -> Path:
-    """A file of scikit-image's data folder, checked to be there."""
+    """A file of scikit-image's data folder; raises SrganError when it is not there."""
     path = skimage_folder() / name
     if not path.is_file():
         raise SrganError(f"builtin:samples: this scikit-image lacks {name} in {path.parent}")
@@ -56,9 +57,9 @@ def write_samples(folder: Path, force: bool = False) -> Iterator[Path]:
     """`srgan samples`: the built-in photos copied into FOLDER/train and
     FOLDER/val as they are, and the held-out set (srgan.data.heldout) as RGB
     PNGs into FOLDER/heldout/photos and FOLDER/heldout/synthetic. Yields each
-    path once it is written. Every target is checked before anything is
-    written: an existing one without `force` raises SrganError and writes
-    none."""
+    path once it is written. It checks every target before it writes
+    anything: an existing one without `force` raises SrganError, and nothing
+    is written."""
     # (source, target): a photo copied as it is, or, for the held-out set, a
     # photo or a drawn image written as an RGB PNG (what evaluate scores).
     plan: list[tuple[Path, Path]] = [
@@ -69,7 +70,7 @@ def write_samples(folder: Path, force: bool = False) -> Iterator[Path]:
     heldout = folder / "heldout"
     photo_targets = {name: heldout / "photos" / f"{name}.png" for name in HELDOUT_PHOTOS}
     synthetic_targets = {name: heldout / "synthetic" / f"{name}.png" for name in SYNTHETIC}
-    for source, target in plan:  # all refused or none written, before anything is decoded or drawn
+    for source, target in plan:  # check all before decoding or drawing any: a refusal writes nothing
         check_output(target, force, inputs=(source,))
     for target in (*photo_targets.values(), *synthetic_targets.values()):
         check_output(target, force)

@@ -3,12 +3,11 @@
 `write_file` writes a temporary file beside the target (a name unique to the
 process, so two writers never share one), flushes it to disk and renames it
 into place: a kill or a full disk at any moment leaves either the old file
-or the new one, never half of one, and no temporary file behind (one left
-by a kill -9 is removed by the next srgan process that writes into its
-folder). It refuses
-to write over an input, and over an existing file unless asked to
-(`overwrite`, what `--force` sets); the target's resolved path must lie in
-the folder the caller named, so that a name built from user parts cannot
+or the new one, never half of one, and no temporary file behind (the next
+srgan process that writes into the folder removes one that a kill -9 left).
+It refuses to write over an input, and over an existing file unless asked
+to (`overwrite`, what `--force` sets); the target's resolved path must lie
+in the folder the caller named, so that a name built from user parts cannot
 escape it. `temporary_path` gives the same guarantees to writers that must
 open the file by name themselves (FFmpeg's muxers); `publish_folder` to a
 folder built under a temporary name (`srgan prepare`'s datasets)."""
@@ -43,12 +42,12 @@ class DiskFull(SrganError):
 
 
 def check_output(path: Path, overwrite: bool = False, inputs: Iterable[Path] = (), folder: Path | None = None) -> Path:
-    """Refuse a target that is an input (one of `inputs`, or any file the
-    command reads: srgan.files.inputs), that exists (unless `overwrite`),
-    that is a folder, whose name is too long for the file system, or whose
-    resolved path is not in `folder` (default: the folder its name says).
-    Returns the resolved path. Checked again at the rename, but checking
-    before any work means no work is wasted."""
+    """Return the resolved path of a target fit to write; raise SrganError
+    for one that is an input (one of `inputs`, or any file the command
+    reads: srgan.files.inputs), that exists (unless `overwrite`), that is a
+    folder, whose name is too long for the file system, or whose resolved
+    path is not in `folder` (default: the folder its name says). write_file
+    checks again at the rename; checking before any work wastes none."""
     path = Path(path)
     if path.name in ("", ".", "..") or "\x00" in str(path):
         raise SrganError(f"{path}: not a file name")
@@ -115,9 +114,10 @@ def temporary_path(
     muxers): yields the temporary name beside `path`; when the block ends
     normally the file is flushed to disk and renamed into place, by the same
     rules as write_file; on any exception, KeyboardInterrupt included, it is
-    removed and nothing is renamed. The writer is told the format itself:
-    the temporary name ends in .tmp, never in the target's extension, so a
-    left-over one (after a kill -9) is never taken for an input."""
+    removed and nothing is renamed. The caller tells the writer the format
+    itself: the temporary name ends in .tmp, never in the target's
+    extension, so that no command takes a left-over one (after a kill -9)
+    for an input. Raises SrganError and DiskFull as write_file does."""
     final = _checked_target(path, overwrite, inputs, folder)
     tmp = temporary_name(final)
     existed = final.exists()
@@ -142,10 +142,12 @@ def temporary_path(
 
 
 def write_bytes(path: Path, data: bytes, **checks) -> None:
+    """write_file of `data`; `checks` are write_file's keyword arguments."""
     write_file(path, lambda f: f.write(data), **checks)
 
 
 def write_text(path: Path, text: str, **checks) -> None:
+    """write_bytes of `text` as UTF-8."""
     write_bytes(path, text.encode("utf-8"), **checks)
 
 
@@ -186,7 +188,7 @@ _swept: set[Path] = set()  # folders this process has already swept
 
 
 def temporary_name(final: Path, suffix: str = "") -> Path:
-    """Beside `final`, hidden, unique to this process and this write."""
+    """A hidden name beside `final`, unique to this process and this write."""
     return final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}{suffix}.tmp")
 
 
@@ -209,8 +211,8 @@ def _remove_leftovers(folder: Path) -> None:
     """Remove the temporary files that killed writers left in `folder`
     (kill -9 and power cuts run no cleanup; a long video's is gigabytes),
     those not written to for a minute (a writer on another machine sharing
-    the folder keeps writing to its file). Once a folder a process, so that
-    writing many files into one folder stays linear."""
+    the folder keeps writing to its file). A process sweeps each folder
+    once, so that writing many files into one folder stays linear."""
     if folder in _swept:
         return
     _swept.add(folder)
@@ -298,10 +300,10 @@ def _sync_folder(folder: Path) -> None:
 
 
 def publish_folder(tmp: Path, out: Path, force: bool) -> None:
-    """The finished folder `tmp` takes the name `out`, unless something took it
-    meanwhile (a second writer of the same name: FileExistsError). With
-    `force` a folder already there is moved aside first and removed once the
-    new one is in place, or put back if the rename fails."""
+    """Rename the finished folder `tmp` to `out`; raise FileExistsError if
+    something took that name meanwhile (a second writer of the same name).
+    With `force` it moves a folder already there aside first, and removes it
+    once the new one is in place, or puts it back if the rename fails."""
     old = None
     if force and out.exists():
         old = temporary_name(out, ".old")

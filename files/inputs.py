@@ -5,15 +5,15 @@ readers note each file they read (files/reading.py's bounded reads and
 torch and safetensors loads, the image and video decoders) and each folder
 they list for images or videos; `check_output`, and so every write, refuses
 them as targets, even with --force: --force replaces an earlier output,
-never a file the same command reads. The targets a command has checked are
-remembered too, until written, so that a reader meeting one refuses it at
-once, before the work (`evaluate hr/ --json hr/a.png` checks its --json
-before it lists hr/).
+never a file the same command reads. The module also remembers the targets
+a command has checked, until they are written, so that a reader meeting one
+refuses it at once, before the work (`evaluate hr/ --json hr/a.png` checks
+its --json before it lists hr/).
 
 A resumed run reads its own checkpoint, config and logs and replaces them as
-it goes: its folder is `own`ed, and nothing in it counts. Outside a command
-(srgan used as a library, tests calling its functions) nothing is noted: the
-callers' explicit `inputs=` still hold."""
+it goes: `own` marks its folder, and no file in it counts as an input.
+Outside a command (srgan used as a library, tests calling its functions)
+nothing is noted: the callers' explicit `inputs=` still hold."""
 
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ def command_inputs() -> Iterator[None]:
 
 
 def note_read(path: Path | str, what: str = "a file") -> None:
-    """`path` is read by this command (`what`: "the checkpoint", "an image").
-    Refused at once if the command has already checked it as an output."""
+    """Note that this command reads `path` (`what`: "the checkpoint", "an
+    image"). Raises SrganError at once if the command has already checked
+    it as an output."""
     if _noted is None:
         return
     names = _names(Path(path))
@@ -60,7 +61,8 @@ def note_read(path: Path | str, what: str = "a file") -> None:
     for name in names:
         if name in _noted.planned:
             raise SrganError(f"{_noted.planned[name]}: is {what} this command reads; refusing to write over it")
-    if all(_listed(Path(name)) is not None for name in names):  # known (a training set's million images: no entry each)
+    # a listed folder covers it: no entry for each of a training set's images
+    if all(_listed(Path(name)) is not None for name in names):
         return
     for name in names:
         _noted.files.setdefault(name, what)
@@ -70,9 +72,10 @@ def note_read(path: Path | str, what: str = "a file") -> None:
 
 
 def note_listed(folder: Path | str, suffixes: Iterable[str], what: str = "an image") -> None:
-    """The files below `folder` whose names end in `suffixes` are read by this
-    command (a folder of images, searched recursively): each is refused as a
-    target, whether or not it has been decoded yet."""
+    """Note that this command reads the files below `folder` whose names end
+    in `suffixes` (a folder of images, searched recursively): check_output
+    refuses each as a target, decoded yet or not. Raises SrganError if a
+    target the command has already checked is among them."""
     if _noted is None:
         return
     resolved = os.path.realpath(folder)
@@ -86,8 +89,9 @@ def note_listed(folder: Path | str, suffixes: Iterable[str], what: str = "an ima
 
 
 def own(folder: Path | str) -> None:
-    """The files in `folder` are this command's own state (a resumed run's
-    checkpoint, config and logs), read to continue and replaced as it goes."""
+    """Mark the files in `folder` as this command's own state (a resumed
+    run's checkpoint, config and logs), which it reads to continue and
+    replaces as it goes: none of them counts as an input."""
     if _noted is None:
         return
     resolved = os.path.realpath(folder)
@@ -97,8 +101,8 @@ def own(folder: Path | str) -> None:
 
 
 def check_not_read(final: Path, given: Path) -> None:
-    """Refuse `final` (its folder resolved) if this command reads it; else
-    remember it as a target (see note_read)."""
+    """Raise SrganError if this command reads `final` (its folder resolved);
+    else remember it as a target (see note_read)."""
     if _noted is None:
         return
     names = _names(final)
@@ -117,7 +121,7 @@ def check_not_read(final: Path, given: Path) -> None:
 
 
 def written(final: Path) -> None:
-    """`final` is written: a reader may read it now."""
+    """Forget `final` as a target once it is written: a reader may read it now."""
     if _noted is not None:
         for name in _names(final):
             _noted.planned.pop(name, None)

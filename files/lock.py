@@ -1,9 +1,9 @@
 """One process at a time in a run folder: `RunLock` holds an exclusive
 flock on `<run>/.lock` for as long as the run trains. The kernel drops the
-lock when its process dies, however it dies, so a lock left by a killed run
-is recognised as stale and taken over; the file records who holds it, for
-the message the second process prints and for `srgan runs`, which reads it
-without locking."""
+lock when its process dies, however it dies, so the next run finds a lock
+left by a killed run stale and takes it over; the file records who holds
+it, for the message the second process prints and for `srgan runs`, which
+reads it without locking."""
 
 from __future__ import annotations
 
@@ -27,14 +27,18 @@ HOLDER_BYTES = 4096  # the holder record is one short line; only this much of th
 
 
 class RunLock:
+    """The lock of one run folder, as a context manager. `acquire` returns the
+    lock; it raises SrganError when another process holds it, when .lock is a
+    link or no regular file, or when the file system cannot lock."""
+
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOCK_NAME
         self._fd: int | None = None
 
     def acquire(self) -> RunLock:
-        # Not through a link (the holder record would be written over its
-        # target) and never blocking on a FIFO; anything but a regular file is
-        # refused before it is locked or written.
+        # Not through a link (the holder record would overwrite its target)
+        # and never blocking on a FIFO; check_regular refuses anything but a
+        # regular file before the lock or the record touches it.
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
@@ -99,12 +103,12 @@ def read_holder(run_dir: Path) -> dict:
     path = Path(run_dir) / LOCK_NAME
     if not os.path.lexists(path):
         return {}
-    return _holder_record(read_regular_bytes(path, 1 << 20, "lock file"))  # a record is far less
+    return _holder_record(read_regular_bytes(path, 1 << 20, "lock file"))  # far more than any record
 
 
 def holder_alive(holder: dict) -> bool:
-    """Whether the recorded holder is a live process (one on another host is
-    taken as alive)."""
+    """Whether the recorded holder is a live process; one on another host
+    counts as alive, since this host cannot see its processes."""
     pid, host = holder.get("pid"), holder.get("host")
     if not valid_pid(pid) or not isinstance(host, str):
         return False

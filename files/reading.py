@@ -26,7 +26,7 @@ _KINDS = (
 
 
 def check_regular(path: Path, mode: int) -> None:
-    """Refuse anything but a regular file (a link is judged by what it points to)."""
+    """Raise SrganError for anything but a regular file (judging a link by what it points to)."""
     if not stat.S_ISREG(mode):
         kind = next((name for test, name in _KINDS if test(mode)), "an unusual file")
         raise SrganError(f"{path}: not a regular file ({kind})")
@@ -34,9 +34,9 @@ def check_regular(path: Path, mode: int) -> None:
 
 def reading_regular(path: Path, what: str) -> None:
     """Before a decoder opens `path` by name (Pillow, PyAV): note it as read
-    (srgan.files.inputs) and refuse what is not a regular file, which would
-    block (a FIFO) or never end (a device). One that does not exist is left
-    to the decoder's own error."""
+    (srgan.files.inputs) and raise SrganError for what is not a regular
+    file, which would block (a FIFO) or never end (a device). The decoder
+    reports a path that does not exist in its own error."""
     note_read(path, what)
     try:
         mode = os.stat(path).st_mode
@@ -70,10 +70,11 @@ def not_found(path: Path, expected: str) -> SrganError:
 
 
 def read_regular_bytes(path: Path, max_bytes: int, what: str = "file") -> bytes:
-    """The bytes of a regular file of at most `max_bytes`. Checked before it
-    is opened (a device is never opened) and again on the opened file, which
-    is opened without blocking (a FIFO would wait for a writer); at most
-    `max_bytes` + 1 bytes are read whatever the file claims or becomes."""
+    """The bytes of a regular file of at most `max_bytes`; SrganError for
+    anything else, a larger file or one it cannot read. It checks the path
+    before opening it (so it never opens a device) and again the opened
+    file, which it opens without blocking (a FIFO would wait for a writer);
+    it reads at most `max_bytes` + 1 bytes whatever the file claims or becomes."""
     path = Path(path)
     note_read(path, f"the {what}")
     try:
@@ -103,7 +104,7 @@ def read_regular_bytes(path: Path, max_bytes: int, what: str = "file") -> bytes:
 
 
 def read_regular_text(path: Path, max_bytes: int, what: str = "file") -> str:
-    """read_regular_bytes as UTF-8 text."""
+    """read_regular_bytes as UTF-8 text; SrganError also for bytes that are not UTF-8."""
     try:
         return read_regular_bytes(path, max_bytes, what).decode("utf-8")
     except UnicodeDecodeError:
@@ -121,9 +122,10 @@ def parse_json(text: str) -> Any:
 
 def read_torch_file(path: Path, what: str = "checkpoint", expected: str = "") -> Any:
     """torch.load with weights_only (tensors and plain values, never code);
-    `expected` says in the refusal of an unreadable file what would do.
-    Memory-mapped where the format allows, so that tensors cost no more than
-    the file's own bytes whatever its header claims."""
+    raises SrganError for a file that is unreadable or would run code, with
+    `expected` saying what would do. It memory-maps the file where the format
+    allows, so that tensors cost no more than the file's own bytes whatever
+    its header claims."""
     import torch  # here, not at the top: srgan --help and config loading import files/ without torch
 
     note_read(path, f"the {what}")
@@ -159,12 +161,13 @@ def read_torch_file(path: Path, what: str = "checkpoint", expected: str = "") ->
 
 # A safetensors file: 8 bytes of little-endian header length, a JSON header
 # (names -> dtype, shape, data_offsets; and an optional "__metadata__" of
-# strings), then the tensors' bytes. safetensors' own limit on the header.
+# strings), then the tensors' bytes. The limit is safetensors' own on the header.
 SAFETENSORS_MAX_HEADER = 100_000_000
 
 
 def looks_like_safetensors(path: Path) -> bool:
-    """By name (.safetensors) or by content: a header length, then '{'."""
+    """Whether `path` is a safetensors file, by name (.safetensors) or by
+    content: a header length, then '{'."""
     if Path(path).suffix.lower() == ".safetensors":
         return True
     try:
@@ -176,11 +179,11 @@ def looks_like_safetensors(path: Path) -> bool:
 
 
 def read_safetensors_file(path: Path, what: str = "weights file") -> tuple[dict[str, Any], dict[str, str]]:
-    """The tensors and the metadata of a .safetensors file. The header is
-    checked here first (its length against the file's, its JSON, every
-    tensor's offsets against the data that follows), so a forged one is
-    refused in one line before the safetensors package reads the tensors;
-    the format holds no code to run."""
+    """The tensors and the metadata of a .safetensors file. It checks the
+    header first (its length against the file's, its JSON, every tensor's
+    offsets against the data that follows), so that it refuses a forged one
+    in one line (SrganError) before the safetensors package reads the
+    tensors; the format holds no code to run."""
     path = Path(path)
     note_read(path, f"the {what}")
     try:

@@ -80,13 +80,15 @@ def compare_picture(
     lr_path: Path | None = None,
     degrade: tuple[RealEsrganDegradation, int] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Write bicubic | SR | original for one HR photo, each panel labelled
-    with its `scores` (default: Y-channel PSNR); returns them, by panel.
-    `model`, what the checkpoint was recognised as, is said once the photo
-    is checked. The LR, the input of both, is a bicubic downscale of the HR,
-    or: `lr_path`'s image (or a folder holding one of the same stem); or
-    with `degrade` (settings, seed), the HR degraded as `srgan evaluate
-    --degrade` degrades it."""
+    """Write bicubic | SR | original for one HR photo to `out_path`, each panel
+    labelled with its `scores` (default: Y-channel PSNR), and return those
+    scores by panel. `model`, what the checkpoint was recognised as, is logged
+    once the photo passes its checks. The LR that bicubic and the model take
+    is a bicubic downscale of the HR; or `lr_path`'s image (or the image of
+    the same stem in that folder); or, with `degrade` (settings, seed), the HR
+    degraded as `srgan evaluate --degrade` degrades it. Raises SrganError for
+    an existing output without `force`, a file that does not decode, an LR
+    whose size does not match the HR's, and a photo too small for the scale."""
     if lr_path is not None:
         lr_path = lr_partner(image_path, lr_path)
     check_output(out_path, force, inputs=(image_path,) if lr_path is None else (image_path, lr_path))  # before the work
@@ -136,7 +138,8 @@ def _decode(path: Path) -> np.ndarray:
 
 
 def lr_partner(image_path: Path, lr: Path) -> Path:
-    """`--lr`: an LR image file, or a folder whose image of the same stem is the partner."""
+    """The LR partner of `image_path` for `--lr`: `lr` itself when it is a file, else the one image of the
+    same stem in the folder `lr`; raises SrganError when `lr` is missing or holds no such image or several."""
     if lr.is_file():
         return lr
     if not lr.is_dir():

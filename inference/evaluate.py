@@ -52,17 +52,20 @@ def evaluate_folders(
     lr_folder: Path | None = None,
     degrade: tuple[RealEsrganDegradation, int] | None = None,
 ) -> dict:
-    """Scores per image and their means, overall and (for several folders)
-    per folder, as the literature reports Set5 and Set14 apart; one image
-    in memory at a time. An image file among `folders` is scored alone
+    """Return the scores per image and their means, overall and (for several
+    folders) per folder, as the literature reports Set5 and Set14 apart; one
+    image is in memory at a time. An image file among `folders` is scored alone
     (it counts in the overall mean and has no folder mean). `scores`: the
     metrics already loaded (the CLI loads them before the generator). `model`,
-    what the checkpoint was recognised as, is said once the folders are checked.
+    what the checkpoint was recognised as, is logged once the folders pass their checks.
     The LR inputs (of SR and of bicubic) are bicubic downscales of the HR, or:
     `lr_folder`'s images, matched to the one HR folder's by relative path less
     extension (srgan.data.paired); or with `degrade` (settings, seed), the HR
     degraded by them from a generator fixed by the seed and the image's name
-    (the same LR on every call)."""
+    (the same LR on every call). Raises SrganError for a missing path, an
+    empty folder, a file that is not an image, `lr_folder` with other than
+    one HR folder, and when no image can be scored; an image that does not
+    decode is skipped and listed under "failed"."""
     scale = generator.scale
     scores = scores or ImageScores(metrics, runtime.device, "--metrics")
     partners = _lr_partners(folders, lr_folder) if lr_folder is not None else {}

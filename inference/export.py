@@ -10,13 +10,13 @@ format (the target's extension picks it):
                    architectures BasicSR has) and the networks spandrel reads
 
 A network spandrel loaded (SPAN, SwinIR, ...) leaves with its own parameter
-names, as it came. Each file is checked by reading it back before it takes
-its name: its bytes go to the temporary file the atomic write renames, and
-that file is read by what users run: onnxruntime runs the graph on an odd
-size and a second one, srgan's own loader (load_generator, as `srgan upscale
--k` reads a file) reads the weight files; each output is compared with
-srgan's fp32 output of the source. A file that would compute something
-else, or that srgan cannot read, is refused and never written (srgan.files)."""
+names, as it came. Every file is read back before it takes its name: its
+bytes go to the temporary file the atomic write renames, and what users run
+reads that file: onnxruntime runs the graph on an odd size and a second one,
+and srgan's own loader (load_generator, as `srgan upscale -k` reads a file)
+reads the weight files; each output is compared with srgan's fp32 output of
+the source. export_generator refuses a file that would compute something
+else, or that srgan cannot read, and never writes it (srgan.files)."""
 
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ DEFAULT_OPSET = 18  # the opset torch's dynamo exporter writes natively (onnxscr
 # for 17) it keeps 18 with a warning.
 OPSETS = range(18, 24)
 # The largest |difference| from srgan's fp32 output, on outputs in [0, 1], a file may
-# show. Measured on the presets' networks with random weights (srresnet_x4, esrgan_x4's
-# 23-block RRDBNet, compact_x4): fp32 graphs 6e-8, 1.4e-6, 6e-8 (rounding alone; 1e-4
-# is a fortieth of an 8-bit level); fp16 keeps 11 bits: 2.6e-5, 1.3e-3, 2.2e-5 (1e-2
-# is two and a half 8-bit levels). fp32 weight files give exactly srgan's output.
+# show. An fp32 graph differs by rounding alone, far below 1e-4 (a fortieth of an
+# 8-bit level); fp16 keeps 11 bits, and 1e-2 is two and a half 8-bit levels. The
+# differences of the presets' networks: docs/export.md. fp32 weight files give exactly
+# srgan's output.
 TOLERANCE = {"fp32": 1e-4, "fp16": 1e-2}
 # The checks' inputs: an odd size (no side a multiple of 2 or 4: rrdb x1 and x2 pad
 # it), then another batch and size (sides multiples of 4: no padding), which proves
@@ -73,7 +73,7 @@ class ExportReport:
 
 
 def export_format(path: Path) -> str:
-    """The format FILE's extension names, or a one-line refusal."""
+    """The format `path`'s extension names, without the dot; raises SrganError for any other extension."""
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise SrganError(f"{path}: unknown export format {suffix or '(no extension)'!r}; expected {'/'.join(FORMATS)}")
@@ -90,8 +90,11 @@ def export_generator(
     source: str | Path = "the generator",
 ) -> ExportReport:
     """Write `generator` (read from `source`, which refusals about the network
-    name) to `path` in the format its extension names, checked by reading it
-    back first (see the module's docstring)."""
+    name) to `path` in the format its extension names, read back and checked
+    before it takes its name (see the module's docstring), and return the
+    report. Raises SrganError, writing nothing, for an unknown extension, an
+    --opset srgan does not support or that is not for .onnx, an existing
+    `path` without `overwrite`, and a file that fails its check."""
     kind = export_format(path)
     if opset is not None and kind != "onnx":
         raise SrganError(f"--opset: applies to .onnx only, not .{kind}")
@@ -203,7 +206,7 @@ class OnnxNetwork(nn.Module):
 
 
 def require_export_extra(what: str, modules: tuple[str, ...] = ("onnx", "onnxscript", "onnxruntime")) -> None:
-    """One line naming the extra to install when a module of it is missing."""
+    """Raise SrganError, naming the extra to install, when one of `modules` is missing."""
     for name in modules:
         try:
             importlib.import_module(name)
@@ -223,9 +226,10 @@ def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int, source: str | Pat
     torch.export runs here, non-strict, and its program goes to the ONNX
     exporter: given the network itself, torch.onnx.export falls back on a
     failure to its strict (dynamo) tracer, whose decompositions crash the
-    process (a segmentation fault) on a network that assigns its parameters'
-    .data in forward, as SPAN's blocks did before fuse_for_inference folded
-    them. A network torch.export cannot trace is refused in one line."""
+    process on a network that assigns its parameters' .data in forward
+    (SPAN's Conv3XC, which fuse_for_inference folds). Raises SrganError when
+    the export extra is missing, when torch.export cannot trace the network,
+    and when the exporter writes another opset."""
     require_export_extra("export to .onnx")
     network = OnnxNetwork(fuse_for_inference(generator), fp16).eval()
     auto = torch.export.Dim.AUTO
@@ -275,8 +279,8 @@ def strip_trace_metadata(model) -> None:
 
 @contextlib.contextmanager
 def quiet_exporter():
-    """The exporter's progress lines and its warnings about specialised dims
-    (checked in onnx_bytes) are not for the user."""
+    """Silence the exporter's progress lines and its warnings about specialised
+    dims (onnx_bytes checks those itself): they are not for the user."""
     loggers = [logging.getLogger(name) for name in ("torch.export", "torch._export", "torch.onnx", "torch._dynamo")]
     levels = [logger.level for logger in loggers]
     try:
@@ -309,8 +313,9 @@ def onnx_session(model: bytes | str, threads: int | None = None):
 
 
 def check_onnx(written: Path, generator: SRGenerator, precision: str, path: Path) -> float:
-    """Run the written graph in onnxruntime on CHECK_SHAPES; the largest
-    difference from srgan's fp32 output, or a refusal above the tolerance."""
+    """Run the written graph in onnxruntime on CHECK_SHAPES and return the
+    largest difference from srgan's fp32 output. Raises SrganError when
+    onnxruntime cannot run a shape, or the difference is above the tolerance."""
     session = onnx_session(str(written))
     diff = 0.0
     for shape in CHECK_SHAPES:
@@ -359,7 +364,8 @@ def export_state_dict(generator: SRGenerator, fp16: bool) -> dict[str, torch.Ten
 
 
 def safetensors_bytes(generator: SRGenerator, fp16: bool) -> bytes:
-
+    """The weights and weights_metadata as a .safetensors file's bytes. Raises
+    SrganError without the safetensors package, and for non-finite weights."""
     try:
         from safetensors.torch import save
     except ImportError:
@@ -371,7 +377,9 @@ def safetensors_bytes(generator: SRGenerator, fp16: bool) -> bytes:
 
 def basicsr_pth_bytes(generator: SRGenerator, fp16: bool, path: Path) -> bytes:
     """BasicSR's {"params_ema": state dict}: what BasicSR, traiNNer-redux and
-    Real-ESRGAN save, and what spandrel and srgan unwrap."""
+    Real-ESRGAN save, and what spandrel and srgan unwrap, as bytes. Raises
+    SrganError for an srresnet generator, which BasicSR has no form of, and
+    for non-finite weights."""
     if isinstance(generator, Generator):
         raise SrganError(
             f"{path}: BasicSR has no SRGAN SRResNet (its MSRResNet is another network), so no "
@@ -389,8 +397,9 @@ def check_weight_file(written: Path, generator: SRGenerator, precision: str, pat
     """Read the written file with srgan's own loader, as `srgan upscale -k`
     does (an srgan .safetensors rebuilt from its metadata alone, a BasicSR
     .pth recognised by its keys and shapes, any other network through
-    spandrel), and compare its output with the source's: a file srgan
-    cannot read, or reads as another network, is refused."""
+    spandrel), compare its output with the source's, and return the largest
+    difference. Raises SrganError for a file srgan cannot read, reads as
+    another network, or reads with outputs above the tolerance."""
 
     try:
         rebuilt = load_generator(written)

@@ -19,7 +19,8 @@ from srgan.models.spandrel_generator import SpandrelGenerator
 
 
 def fuse_for_inference(generator: SRGenerator) -> SRGenerator:
-    """An eval-mode copy computing what `generator` computes in eval mode."""
+    """Return an eval-mode copy, without gradients, that computes what
+    `generator` computes in eval mode; `generator` itself is left unchanged."""
     g = copy.deepcopy(generator).eval()
     if isinstance(g, Generator) and g.norm == "batch":  # SRResNet's BatchNorm; rrdb and compact have none
         for block in g.body:
@@ -42,7 +43,7 @@ class FoldedConv3XC(nn.Module):
     3x3, 1x1 chain plus the 1x1 skip, merged), then its optional leaky ReLU.
     Conv3XC itself re-merges the chain into the parameters' .data in every
     eval forward: wasted work per tile, and a mutation torch's ONNX exporter
-    cannot trace (its strict fallback crashed the process on it)."""
+    cannot trace."""
 
     def __init__(self, block: Any):  # spandrel's Conv3XC
         super().__init__()

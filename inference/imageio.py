@@ -58,7 +58,9 @@ def has_alpha(path: Path) -> bool:
 def read_picture(path: Path) -> Picture:
     """Decode any mode Pillow opens: palette becomes RGB (RGBA with its
     transparency), CMYK and the like RGB; 16-bit PNGs (any colour type) and
-    I;16 TIFFs stay 16-bit; EXIF orientation applied."""
+    I;16 TIFFs stay 16-bit; the EXIF orientation is applied. Raises
+    SrganError for a path that is not a regular file, an image over the
+    pixel limits, and a file that does not decode."""
     reading_regular(path, "an image")
     try:
         header = _png_header(path)
@@ -161,7 +163,8 @@ def resize(pixels: np.ndarray, size: tuple[int, int], resample: int) -> np.ndarr
 def write_picture(picture: Picture, path: Path, quality: int = 95, **checks) -> None:
     """PNG (8 or 16 bits, alpha kept), JPEG or WebP (8 bits; JPEG drops alpha)
     by the file's extension, written atomically (`checks`: those of
-    srgan.files.write_file, overwrite / inputs / folder)."""
+    srgan.files.write_file, overwrite / inputs / folder). Raises SrganError
+    for another extension, and for what write_file refuses."""
     fmt = OUTPUT_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise SrganError(f"{path}: expected a .png, .jpg or .webp file name")

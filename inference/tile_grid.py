@@ -7,8 +7,8 @@ zero padding too) and keeps only the output of its own cells. With `pad` at
 least the generator's receptive radius every kept output pixel saw exactly
 the input the whole-image forward would have shown it: no seams. Below it,
 how large the seams are depends on the weights: the pad is measured on the
-network (inference/tile_pad.py, docs/tiling.md). Peak memory is set by the
-tile; the output is a preallocated integer array that each tile is
+network (inference/tile_pad.py, docs/tiling.md). The tile sets the peak
+memory; the output is a preallocated integer array that each tile is
 converted into as it is pasted.
 """
 
@@ -87,8 +87,11 @@ def paste_tiles(
     grid: list[Tile],
     progress: str | None,
 ) -> None:
+    """Run each tile of `grid` through `generator` and write the output of its
+    own cells into `out` (HxWx3, or HxW for grayscale) in `out`'s dtype.
+    `progress` names a bar over the tiles; None shows none."""
     scale, gray = generator.scale, out.ndim == 2
-    # A bar inside the images' bar moves the cursor with ANSI codes: only on a terminal.
+    # A bar nested in the images' bar moves the cursor with ANSI codes, which a log file cannot show: terminals only.
     with tqdm(
         grid,
         desc=progress,

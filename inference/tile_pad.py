@@ -3,8 +3,8 @@ own weights, once per model, and cached by the weights' content hash.
 
 How far an input pixel can change an output pixel is bounded by the
 receptive radius, but how far it does is a property of the weights: an
-rrdb at ESRGAN's initialisation reads about 4 pixels of its 349, the
-published Real-ESRGAN x4plus about 80 (docs/tiling.md). So the pad is
+rrdb at ESRGAN's initialisation reads a few pixels of its receptive radius,
+the published Real-ESRGAN x4plus many more (docs/tiling.md). So the pad is
 measured, not set per architecture.
 
 The probe: a synthetic LR image (dead leaves: overlapping discs of random
@@ -93,7 +93,8 @@ def tile_pad(network: SRGenerator, runtime: Runtime, given: int | None = None) -
     """The pad tiles of `network` read: `given` when the user gave one, else
     the measured one (from the cache when these weights were measured
     before). The one place that decides it, for upscale, video, evaluate,
-    compare and validation alike."""
+    compare and validation alike. Raises SrganError when CUDA runs out of
+    memory while measuring it."""
     if given is not None:
         return TilePad(given, "given")
     key = weights_key(network)
@@ -230,9 +231,9 @@ def cache_file() -> Path:
 
 
 def read_cache(path: Path) -> dict[str, dict]:
-    """The measured pads by weights key; {} for a missing file, and for one
-    that is not such a cache (damaged, foreign, too large), which is said
-    and then replaced on the next write, never fatal."""
+    """The measured pads by weights key; {} for a missing file, and also for
+    one that is not such a cache (damaged, foreign, too large): that one gets
+    a warning, never an error, and the next write replaces it."""
     own(path.parent)  # the command's own state, read and then replaced: not an input it must not write over
     if not path.exists() and not path.is_symlink():
         return {}
@@ -247,8 +248,8 @@ def read_cache(path: Path) -> dict[str, dict]:
 
 
 def write_cache(path: Path, entries: dict[str, dict]) -> None:
-    """Keep the newest CACHE_ENTRIES; a cache that cannot be written is said
-    and the command goes on (the pad is measured again next time)."""
+    """Write the newest CACHE_ENTRIES. When the cache cannot be written, it logs
+    a warning and the command goes on (the pad is measured again next time)."""
     kept = dict(list(entries.items())[-CACHE_ENTRIES:])
     text = json.dumps({"srgan_tile_pads": 1, "probe": PROBE, "pads": kept}, indent=1) + "\n"
     try:

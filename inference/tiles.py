@@ -25,7 +25,7 @@ MIN_TILE = 16  # LR pixels: below this the context dwarfs the tile
 CPU_BUDGET = 1536 * 2**20  # activation bytes on the CPU, at most...
 CPU_SHARE = 0.25  # ...and at most this share of the memory the system has available
 CUDA_SHARE = 0.6  # of the GPU's free memory (the rest: allocator slack, cuDNN workspaces)
-ACTIVATION_SAFETY = 1.5  # measured peak / the estimate below is 1.2-1.4 on CPU
+ACTIVATION_SAFETY = 1.5  # headroom: the CPU's measured peak exceeds the estimate below (docs/performance.md)
 
 
 def activation_bytes_per_pixel(generator: SRGenerator, precision: str) -> int:
@@ -59,9 +59,10 @@ def available_ram() -> int | None:
 def check_upscale_memory(
     source: Path | str, width: int, height: int, itemsize: int, scale: int, outscale: float | None
 ) -> None:
-    """Refuse an image whose upscaled arrays would not fit in the memory the
-    system has available, before allocating them (the output is held whole:
-    4000x3000 at x4 is 576 MB of RGB, --outscale 2000 would be terabytes)."""
+    """Raise SrganError for an image whose upscaled arrays would not fit in the
+    memory the system has available, before they are allocated: the output is
+    held whole (4000x3000 at x4 is 576 MB of RGB, --outscale 2000 would be
+    terabytes). Without /proc/meminfo it checks nothing."""
     available = available_ram()
     if available is None:
         return
@@ -117,7 +118,9 @@ def upscale_tiled(
     A CUDA out-of-memory error halves the tile and starts the image again,
     saying so; `progress` names a bar over the tiles when there are several.
     `pad` None: the image was meant to run whole, and the pad is measured
-    (inference/tile_pad.py) only if memory makes it run in tiles."""
+    (inference/tile_pad.py) only if memory makes it run in tiles. Raises
+    ValueError when `out` has the wrong size, and SrganError when CUDA runs
+    out of memory even with MIN_TILE tiles."""
     height, width = image.shape[1:]
     scale = generator.scale
     if out.shape[:2] != (height * scale, width * scale):

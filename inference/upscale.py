@@ -55,12 +55,13 @@ def upscale_files(
     options: UpscaleOptions,
     model: str = "",
 ) -> UpscaleReport:
-    """Upscale every input. Problems with the command (overwrites, name
+    """Upscale every input and return the report of what was written and what
+    failed. Problems with the command (missing inputs, overwrites, name
     clashes) raise SrganError before any work; an image or video that cannot
-    be read or written is logged, skipped and listed in the report. `model`
-    (what the checkpoint was recognised as) is the first line said once the
-    command's checks pass, with the tiles' context: given, measured on the
-    network or cached (inference/tile_pad.py)."""
+    be read or written is logged, skipped and listed in the report. Once the
+    command's checks pass, the first line logged names `model` (what the
+    checkpoint was recognised as) and where the tiles' context comes from:
+    given, measured on the network or cached (inference/tile_pad.py)."""
     files = collect_inputs(inputs)
     if any(is_video(source) for source in files):
         require_av()  # before any work: a missing extra is a mistake in the command, not in one file
@@ -169,7 +170,8 @@ def inference_network(generator: SRGenerator, runtime: Runtime) -> SRGenerator:
 
 
 def collect_inputs(inputs: list[Path]) -> list[Path]:
-    """Files as given; folders expanded to the images and videos below them."""
+    """Files as given; folders expanded to the images and videos below them.
+    Raises SrganError for a path that does not exist and a folder with neither."""
     files: list[Path] = []
     for item in inputs:
         if item.is_dir():
@@ -231,7 +233,9 @@ def plan_outputs(
 ) -> list[tuple[Path, Path]]:
     """(input, output) pairs, checked as a whole before any work: each
     output lies in the folder asked for (beside its input, or -o), is no
-    input, is claimed once, and exists only with --force."""
+    input, is claimed once, and exists only with --force. Raises SrganError
+    for a plan that breaks any of these, and for an -o or --suffix srgan
+    cannot write to."""
     writable = (*OUTPUT_FORMATS, *VIDEO_CONTAINERS)
     # -o names the one file to write, or None
     named = output if output is not None and output.suffix.lower() in writable and not output.is_dir() else None
@@ -260,7 +264,7 @@ def plan_outputs(
         elif is_video(source):
             target = (source.parent if output is None else output) / f"{source.stem}{suffix}.mp4"
         else:
-            # JPEG has no alpha: such images are written as PNG instead.
+            # JPEG has no alpha: images that have one go to PNG instead.
             ext = "png" if options.ext == "jpg" and has_alpha(source) else options.ext
             target = (source.parent if output is None else output) / f"{source.stem}{suffix}.{ext}"
         plan.append((source, target))

@@ -62,7 +62,7 @@ INSTALL_HINT = "pip install 'srgan[video]'"
 # are all 1) and for limited, "MPEG", range (AVCOL_RANGE_MPEG).
 BT709, LIMITED_RANGE = 1, 1
 # With the network on the CPU, it and the encoder take turns at the cores
-# (_Job.turns). Bench-only switch: False lets them run at once, to measure.
+# (_Job.turns). Only bench/video.py sets it to False, to time them running at once.
 TAKE_TURNS_ON_CPU = True
 POLL_S = 0.1  # how often a thread waiting on a queue looks whether the job is being stopped
 
@@ -92,7 +92,7 @@ def video_outputs(target: Path, compare: bool) -> list[Path]:
 
 
 def require_av():
-    """The PyAV module, or one line saying how to install it."""
+    """The PyAV module; raises SrganError, saying how to install it, when it is missing."""
     try:
         import av
     except ImportError:
@@ -176,10 +176,10 @@ def upscale_video(
         check_upscale_memory(source, width, height, 1, network.scale, options.outscale)
         batch, tile = frames_per_forward(network, runtime, height, width, options.tile, pad, options.batch)
         size = output_size(width, height, network.scale, options.outscale)
-        # With the network on the CPU, x264 encodes in its turn (see _Job), which
-        # needs it synchronous: in one thread (its pool would keep encoding
-        # after its turn); one thread encodes many times faster than the network
-        # upscales on a CPU. With a GPU, x264 takes what it needs (0: FFmpeg's choice).
+        # With the network on the CPU, x264 encodes only in its turn (see _Job), so it
+        # must encode synchronously, in one thread: a thread pool would go on encoding
+        # after its turn ends. One thread still encodes far faster than the network
+        # upscales on a CPU. With a GPU, x264 takes the threads it wants (0: FFmpeg's choice).
         threads = 1 if runtime.device.type == "cpu" else 0
         # The upscaled clip gets the sound; the comparison (bicubic | SR) is for the eyes.
         # Without a comparison there is one target, and zip stops after it.
@@ -210,7 +210,7 @@ def upscale_video(
             leave=False,
             dynamic_ncols=True,
             disable=not sys.stderr.isatty(),
-        )  # a bar inside the files' bar needs a terminal
+        )  # nested in the files' bar, it moves the cursor with ANSI codes: terminals only
         stack.callback(bar.close)
         job.run([decoder, encoder], lambda: _upscale_frames(network, runtime, batch, tile, pad, job, bar))
     return targets
@@ -290,7 +290,7 @@ class _Job:
     CPU's cores while the GPU upscales the next batch. On the CPU both
     want every core, and a network's threads run in step: a core taken by
     the encoder stalls them all at the next barrier, so running the two at
-    once was slower than running them in turn (docs/performance.md#video).
+    once is slower than running them in turn (docs/performance.md#video).
     They take turns: the network runs until the encoder's queue is full,
     then the encoder frees a place; decoding, a small cost, still overlaps."""
 
@@ -323,9 +323,9 @@ class _Job:
         """Until every worker has ended. Ctrl-C or SIGTERM meanwhile (while the
         encoder flushes its last frames) stops them and waits on: the caller
         then closes the files they write, and closing one under the encoder
-        can crash FFmpeg (a SIGTERM test ended in SIGSEGV). A second
-        interrupt ends the wait. (An event, not join: in Python 3.11 an
-        interrupted join takes a running thread for ended, bpo-45274.)"""
+        can crash FFmpeg. A second interrupt ends the wait. It waits on an
+        event, not on join: in Python 3.11 an interrupted join takes a running
+        thread for ended (bpo-45274)."""
 
         def wait() -> None:
             for worker in workers:

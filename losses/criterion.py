@@ -13,8 +13,10 @@ from srgan.losses.pixel import image_loss, tv_loss
 
 
 class GeneratorCriterion(nn.Module):
-    """Returns the weighted total and each unweighted term. Terms weighted 0
-    are not computed (and the VGG is not built when perceptual is 0)."""
+    """Calling it returns the weighted total and each unweighted term. It skips
+    the terms weighted 0, and builds no VGG when the perceptual weight is 0;
+    building one raises SrganError when its weights cannot be had
+    (build_vgg_features)."""
 
     def __init__(self, config: LossConfig, d_loss: str, vgg: VGGFeatures | None = None):
         super().__init__()
@@ -59,7 +61,7 @@ class GeneratorCriterion(nn.Module):
         if not terms:
             return sr.sum() * 0.0, terms  # every weight 0: a zero loss that still backpropagates
         total = sum(self.weights[name] * value for name, value in terms.items())
-        assert isinstance(total, torch.Tensor)  # a sum of tensors, not sum()'s start, 0
+        assert isinstance(total, torch.Tensor)  # `terms` is not empty, so sum() never returns its start, 0
         return total, terms
 
     @staticmethod

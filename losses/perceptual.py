@@ -28,8 +28,8 @@ _WIDTHS = (64, 128, 256, 512, 512)
 
 def vgg_features(network: str, count: int) -> nn.Sequential:
     """The first `count` modules of torchvision's VGG `features`, laid out
-    (and indexed) the same, so its state dicts load; the 100M-parameter
-    classifier is never built."""
+    (and indexed) the same, so its state dicts load. It never builds the
+    classifier, which holds most of VGG's parameters."""
     layers: list[nn.Module] = []
     c_in = 3
     for convs, width in zip(VGG_BLOCKS[network], _WIDTHS, strict=True):
@@ -42,8 +42,9 @@ def vgg_features(network: str, count: int) -> nn.Sequential:
 
 class VGGFeatures(nn.Module):
     """VGG `features` up to the deepest of the named layers, frozen, always in
-    eval mode, on images in [0, 1] (ImageNet normalisation is applied here).
-    `layers`: one name, or names -> weights (`layers`, for perceptual_loss)."""
+    eval mode, on images in [0, 1] (it applies the ImageNet normalisation
+    itself). `layers`: one layer name, or names -> weights; the `layers`
+    attribute keeps them as a dict for perceptual_loss."""
 
     mean: torch.Tensor  # buffers
     std: torch.Tensor
@@ -80,7 +81,7 @@ class VGGFeatures(nn.Module):
 
 def _layer_count(network: str, layer: str) -> int:
     count = vgg_layer_count(network, layer)
-    assert count is not None, layer  # the config's checks refused another name
+    assert count is not None, layer  # the config's checks refuse any other name
     return count
 
 
@@ -96,8 +97,10 @@ def perceptual_loss(features: VGGFeatures, sr: torch.Tensor, hr: torch.Tensor, c
 
 
 def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
-    """The feature network the config asks for; raises SrganError when
-    `weights: imagenet` cannot be had, naming the alternatives."""
+    """The feature network the config asks for. Raises SrganError when
+    `weights: imagenet` is neither cached nor downloadable (naming the
+    alternatives), or when a state-dict path is missing, unreadable or does
+    not fit the network."""
     layers = perceptual_layers(config)
     count = max(_layer_count(config.network, name) for name in layers)
     choice = config.weights
@@ -116,7 +119,7 @@ def build_vgg_features(config: PerceptualConfig) -> VGGFeatures:
             )
             return VGGFeatures(config.network, layers, None)
         if not cached.is_file():
-            try:  # a download into the cache (read below: torch.hub would unpickle it unsafely)
+            try:  # only downloads into the cache: the code below reads it with the checks of a file the user names
                 weights.get_state_dict(progress=False, weights_only=True, check_hash=True)
             except Exception as error:  # a download can fail in many ways; all mean the same here
                 raise SrganError(

@@ -36,6 +36,7 @@ def gaussian_blur(images: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     channels, half = images.shape[1], taps.numel() // 2
     padded = F.pad(images, (half, half, half, half), mode="reflect")
     # depthwise (groups = channels): faster on the CPU than the channels as a batch of 1-channel images
+    # (docs/paired.md)
     rows = F.conv2d(padded, taps.view(1, 1, 1, -1).expand(channels, 1, 1, -1), groups=channels)
     return F.conv2d(rows, taps.view(1, 1, -1, 1).expand(channels, 1, -1, 1), groups=channels)
 

@@ -2,7 +2,7 @@
 deep features of two images, which follow human judgements of texture and
 sharpness where PSNR and SSIM reward the blur of an average. Lower is better.
 
-Both are computed by the packages of the `metrics` extra, on RGB in [0, 1]
+The packages of the `metrics` extra compute both, on RGB in [0, 1]
 as their authors define them, on the whole image (no border shaved, no
 resize): `lpips` is the authors' package (AlexNet, the default, or VGG16;
 their linear layers ship inside it; it takes [-1, 1], and `normalize=True`
@@ -12,13 +12,13 @@ ImageNet itself). docs/metrics.md says why these two.
 
 The ImageNet backbones are torchvision's files in its hub cache
 (TORCH_HOME/hub/checkpoints), downloaded there on first use when the
-machine is online. Without them a metric is refused before any work: a
+machine is online. Without them srgan refuses a metric before any work: a
 distance between random features is a wrong number, not a degraded one.
-A file whose backbone weights are not all finite is refused likewise. A file
-whose sha256 does not begin with the 8 hex digits torchvision puts in its
-name (alexnet-owt-7be5be79.pth) is not torchvision's: it is used (tests
-plant random weights), and said to be unverified wherever its scores are
-reported (the `warning` of the metric). Each file is hashed once a process."""
+It refuses likewise a file whose backbone weights are not all finite. A
+file whose sha256 does not begin with the 8 hex digits torchvision puts in
+its name (alexnet-owt-7be5be79.pth) is not torchvision's: srgan still uses
+it (tests plant random weights), and every report of its scores calls it
+unverified (the metric's `warning`). A process hashes each file once."""
 
 from __future__ import annotations
 
@@ -84,12 +84,12 @@ class WeightsCheck:
                 "matches": self.matches}  # fmt: skip
 
 
-# (resolved path, size, mtime) -> sha256: each file hashed once a process (the VGG16 file is 528 MB)
+# (resolved path, size, mtime) -> sha256: a process hashes each file once (the VGG16 file is hundreds of MB)
 DIGESTS: dict[tuple[Path, int, int], str] = {}
 
 
 def weights_check(path: Path) -> WeightsCheck:
-    """The file's sha256 (once a process) against the prefix its name carries."""
+    """The file's sha256 (hashed once a process) against the prefix its name carries."""
     stat = path.stat()
     key = (path.resolve(), stat.st_size, stat.st_mtime_ns)
     if key not in DIGESTS:
@@ -155,8 +155,9 @@ def _import_extra(module: str):
 
 
 class LearnedMetric:
-    """One learned metric, its network loaded (or SrganError naming what is
-    missing): `distance(sr8, hr8)` of two 3xHxW uint8 images."""
+    """One learned metric with its network loaded; the constructor raises
+    SrganError naming what is missing. `distance(sr8, hr8)` scores two
+    3xHxW uint8 images."""
 
     def __init__(self, name: str, device: torch.device, key: str):
         if name not in BACKBONES:
@@ -169,7 +170,7 @@ class LearnedMetric:
         _fetch_backbone(name, key)
         cached, _ = backbone_file(BACKBONES[name])
         self.weights = weights_check(cached)
-        self.warning: str | None = None  # said where this metric's scores are reported
+        self.warning: str | None = None  # every report of this metric's scores says it
         if not self.weights.matches:
             self.warning = (
                 f"{name}: {cached.name} is not torchvision's file (its sha256 begins "

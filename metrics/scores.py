@@ -28,7 +28,8 @@ def better(metric: str, value: float, best: float) -> bool:
 
 
 def parse_metric_names(text: str, key: str) -> list[str]:
-    """`psnr,ssim,lpips` -> the names, each known, in the order given."""
+    """`psnr,ssim,lpips` -> the names, in the order given; SrganError naming
+    `key` for an unknown name or an empty list."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in METRIC_NAMES]
     if unknown or not names:

@@ -15,9 +15,9 @@ from srgan.models.spandrel_generator import SpandrelGenerator
 if TYPE_CHECKING:
     from srgan.configs.schema import Config, ModelConfig
 
-# Any generator srgan runs, what inference, validation and the tiles take: the
-# three it trains, and (upscale, evaluate, compare, video) a network spandrel
-# recognised in a community file (models/spandrel_generator.py).
+# Any generator srgan runs, the type inference, validation and the tiles take:
+# srgan's own three architectures, and a network of spandrel's (one srgan
+# trains, or one spandrel recognises in a community file: models/spandrel_generator.py).
 SRGenerator = Generator | RRDBNet | SRVGGNetCompact | SpandrelGenerator
 
 # The model.* keys that fix the shapes of the networks' weights (each arch has

@@ -2,17 +2,17 @@
 values, written atomically), srgan .safetensors and community state dicts,
 read with `weights_only=True` (no pickled code runs on load) and checked
 once, here, so that the rest of the program can trust the generator they
-hold. What else a checkpoint holds for a resume (the discriminator, the
-optimizers, the RNG and the logs' state) is checked by training/state.py.
+hold. training/state.py checks what else a checkpoint holds for a resume
+(the discriminator, the optimizers, the RNG and the logs' state).
 
-A checkpoint is a file anyone may hand us: its config's sizes are checked
-against the config limits before a network is built, its tensors against the
-shapes that config implies (on the meta device: nothing is allocated), and
-its numbers for finiteness. Every state dict read (a foreign one before a
-recogniser reads a shape from it) is first checked from its tensors'
-metadata alone (check_tensors): dtypes, repeated (stride-0) storage, and the
-count of numbers. The first problem found is reported, naming the file and
-the key."""
+A checkpoint is a file anyone may hand us, so this module checks its config's
+sizes against the config limits before it builds a network, its tensors
+against the shapes that config implies (on the meta device: nothing is
+allocated), and its numbers for finiteness. check_tensors first checks every
+state dict from its tensors' metadata alone (a foreign one before a
+recogniser reads a shape from it): dtypes, repeated (stride-0) storage, and
+the count of numbers. The SrganError names the file, the key and the first
+problem found."""
 
 from __future__ import annotations
 
@@ -42,13 +42,16 @@ from srgan.models.spandrel_generator import spandrel_generator
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Atomically (see srgan.files): a crash or a full disk mid-write leaves
-    the previous checkpoint intact."""
+    """Write `state` to `path` atomically (srgan.files.write_file): a crash or
+    a full disk mid-write leaves the previous checkpoint intact. Raises
+    SrganError for a target it refuses, DiskFull when the disk fills up."""
     write_file(Path(path), lambda f: torch.save(state, f), overwrite=True)
 
 
 def resolve_checkpoint_path(path: str | Path) -> Path:
-    """A checkpoint file, or a run folder (its checkpoints/last.pt)."""
+    """The checkpoint file `path` names: the file itself, or a run folder's
+    checkpoints/last.pt (or last.pt). Raises SrganError for a folder without
+    one, and for a path that is missing or no regular file."""
     path = Path(path).expanduser()
     if path.is_dir():
         for candidate in (path / "checkpoints" / "last.pt", path / "last.pt"):
@@ -56,21 +59,23 @@ def resolve_checkpoint_path(path: str | Path) -> Path:
                 return candidate
         raise SrganError(f"{path}: a folder with no checkpoints/last.pt (expected a run folder or a .pt file)")
     if not path.is_file():
-        raise not_found(path, "checkpoint file or run folder")  # or what it is: a FIFO, a device
+        raise not_found(path, "checkpoint file or run folder")  # says what is there instead: a FIFO, a device
     return path
 
 
 def load_generator(path: str | Path) -> SRGenerator:
     """The generator of any file srgan reads (see read_generator_file), or,
     failing those, of any other architecture spandrel recognises (for
-    inference only)."""
+    inference only). Raises SrganError naming the file when neither can run
+    it."""
     return load_described_generator(path)[0]
 
 
 def load_described_generator(path: str | Path) -> tuple[SRGenerator, str]:
-    """load_generator's network, and what was recognised, for the first line
-    of a command's output: "RRDBNet (BasicSR/Real-ESRGAN layout), x4, 23
-    blocks, 64 channels, growth 32 from RealESRGAN_x4plus.pth"."""
+    """load_generator's network, and a description of what the file holds
+    for the first line of a command's output: "RRDBNet (BasicSR/Real-ESRGAN
+    layout), x4, 23 blocks, 64 channels, growth 32 from RealESRGAN_x4plus.pth".
+    Raises SrganError as load_generator does."""
     path = resolve_checkpoint_path(path)
     state, metadata = read_weight_file(path)
     try:
@@ -102,7 +107,9 @@ def read_generator_file(path: str | Path) -> GeneratorFile:
     """The generator of an srgan checkpoint (file or run folder; its EMA
     weights when the run kept them), an srgan .safetensors (its `srgan_model`
     metadata), or a community state dict of an architecture srgan trains
-    (models/community.py), in a .pth/.pt or a .safetensors file."""
+    (models/community.py), in a .pth/.pt or a .safetensors file. Raises
+    NotAnSrganGenerator when no srgan architecture fits the weights, and
+    SrganError naming the file and key for any other problem."""
     path = resolve_checkpoint_path(path)
     return generator_file(*read_weight_file(path), path)
 
@@ -162,7 +169,9 @@ def srgan_safetensors(weights: dict[str, torch.Tensor], settings: str, path: Pat
 def read_discriminator_file(path: str | Path) -> Recognised:
     """The discriminator of an srgan checkpoint (file or run folder) or of a
     community state dict (models/community.py), with the settings it implies:
-    discriminator, d_channels (and crop_size for vgg)."""
+    discriminator, d_channels (and crop_size for vgg). Raises SrganError
+    naming the file when it holds no discriminator srgan knows, or a damaged
+    one."""
     path = resolve_checkpoint_path(path)
     state, _ = read_weight_file(path)
     if is_srgan_checkpoint(state):
@@ -224,8 +233,9 @@ def check_generator_state(state: dict[str, Any], origin: str) -> tuple[Config, t
 
 
 def check_state_dict(weights: Any, module: torch.nn.Module, origin: str) -> None:
-    """`weights` must be a state dict of exactly `module`'s keys and shapes,
-    with finite values."""
+    """Check that `weights` is a state dict of exactly `module`'s keys and
+    shapes, with finite values; raises SrganError naming the first key that
+    is missing, unexpected, of another shape or dtype kind, or not finite."""
     if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
         raise SrganError(f"{origin}: expected a state dict (names -> tensors)")
     check_tensors(weights, origin)
@@ -246,18 +256,19 @@ def check_state_dict(weights: Any, module: torch.nn.Module, origin: str) -> None
     check_finite(weights, origin)
 
 
-# The dtypes a weight may be stored in. Integers and bools are read too (BatchNorm's
-# num_batches_tracked, an attention layer's position index), where the network
-# has them: a float weight stored as one is refused against the network.
+# The dtypes a weight may be stored in. check_tensors also reads integers and bools
+# (BatchNorm's num_batches_tracked, an attention layer's position index), and
+# check_state_dict refuses one where the network has a float weight.
 WEIGHT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_tensors(weights: dict[str, torch.Tensor], origin: str) -> None:
-    """What can be said of a state dict's tensors before anything computes on
-    them, from their metadata alone: a dtype a weight may have (no float8,
-    complex or quantized), each element stored once (an expanded, stride-0
-    view of a few stored numbers is refused: a 1.6 KB file can declare 2^40
-    of them), and no more elements in all than srgan's limit on a network."""
+    """Check what a state dict's tensors' metadata alone can tell, before
+    anything computes on them: a dtype a weight may have (no float8, complex
+    or quantized), each element stored once (it refuses an expanded, stride-0
+    view of a few stored numbers, since a tiny file can declare trillions of
+    them), and no more elements in all than srgan's limit on a network.
+    Raises SrganError naming the file and the first tensor that fails."""
     total = 0
     for name, tensor in weights.items():
         dtype = tensor.dtype
@@ -298,7 +309,8 @@ def overlaps(tensor: torch.Tensor) -> bool:
 
 
 def check_finite(weights: dict[str, torch.Tensor], origin: str) -> None:
-    """check_tensors, then every floating tensor finite."""
+    """Run check_tensors, then raise SrganError naming the first floating
+    tensor that holds NaN or infinite values."""
     check_tensors(weights, origin)
     for name, tensor in weights.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):

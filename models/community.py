@@ -54,7 +54,7 @@ class Recognised:
 
 
 # Where trainers keep a generator's tensors inside the file, in the order
-# looked at: BasicSR's EMA weights first (what Real-ESRGAN's inference
+# unwrap_state_dict tries them: BasicSR's EMA weights first (what Real-ESRGAN's inference
 # loads), then its plain ones, then the other trainers' keys (the ones
 # spandrel's loader also unwraps: traiNNer, neosr, plain PyTorch scripts).
 WRAPPER_KEYS = ("params_ema", "params-ema", "params", "model_state_dict", "state_dict", "model", "net", "netG")
@@ -64,8 +64,8 @@ PREFIXES = ("module.", "netG.")  # DataParallel's, and old ESRGAN trainers'
 def unwrap_state_dict(state: Any) -> dict[str, torch.Tensor] | None:
     """The tensors of a bare generator file: under the first of WRAPPER_KEYS
     the file has, under its one key when it has only one, or the dict
-    itself; a prefix of PREFIXES that every name shares dropped. None when
-    it is no such dict."""
+    itself, without a prefix of PREFIXES that every name shares. Returns
+    None when the file holds no such dict of names to tensors."""
     if isinstance(state, dict):
         for key in WRAPPER_KEYS:
             if isinstance(state.get(key), dict) and state[key]:
@@ -143,8 +143,10 @@ def esrgan_sequential(state: dict[str, torch.Tensor], origin: str) -> Recognised
 
 
 def rrdb_settings(state: dict[str, torch.Tensor], layout: str, origin: str) -> Recognised:
-    """srgan's RRDBNet: two x2 upsampling convs, the input as it is (x4) or
-    pixel-unshuffled by 2 (x2, 12 channels) or 4 (x1, 48 channels)."""
+    """The settings of the srgan RRDBNet that `state` holds. srgan's has two
+    x2 upsampling convs and takes the input as it is (x4) or pixel-unshuffled
+    by 2 (x2, 12 channels) or 4 (x1, 48 channels); any other raises
+    NotAnSrganGenerator."""
     stages = count_indices(state, r"conv_up(\d+)\.weight", start=1)
     channels, in_channels = conv_shape(state, "conv_first.weight", origin)[:2]
     unshuffle = {3: 1, 12: 2, 48: 4}.get(in_channels)
@@ -185,7 +187,8 @@ def compact(state: dict[str, torch.Tensor], origin: str) -> Recognised | None:
 def leftthomas(state: dict[str, torch.Tensor], origin: str) -> Recognised | None:
     if not is_leftthomas_state_dict(state):
         return None
-    conv_shape({k.removeprefix("module."): v for k, v in state.items()}, "block1.0.weight", origin)  # its width
+    # check the head's shape before generator_from_leftthomas reads its width from it
+    conv_shape({k.removeprefix("module."): v for k, v in state.items()}, "block1.0.weight", origin)
     generator = generator_from_leftthomas(state, origin)
     model = {
         "arch": "srresnet",
@@ -208,8 +211,8 @@ RECOGNISERS: tuple[Callable[[dict[str, torch.Tensor], str], Recognised | None], 
 
 
 def conv_shape(state: dict[str, torch.Tensor], key: str, origin: str, ndim: int = 4) -> torch.Size:
-    """The shape of a weight a recogniser reads sizes from, once it is the
-    shape of a layer's weight (4 dims for a conv, 2 for a linear layer), none 0."""
+    """The shape of a weight a recogniser reads sizes from. Raises SrganError
+    unless it has a layer's dims (4 for a conv, 2 for a linear layer), none 0."""
     shape = state[key].shape
     if len(shape) != ndim or 0 in shape:
         layer = {4: "a conv's weight", 2: "a linear layer's weight"}[ndim]
@@ -218,9 +221,10 @@ def conv_shape(state: dict[str, torch.Tensor], key: str, origin: str, ndim: int 
 
 
 def within_limits(model: dict[str, Any], layout: str, origin: str) -> None:
-    """The sizes a recogniser read, against srgan's limits (configs/checks.py),
-    before anything is built from them: also before spandrel builds a network
-    srgan's architectures do not hold, from the same few shapes."""
+    """Raise SrganError when a size a recogniser read exceeds srgan's limits
+    (configs/checks.py), before anything is built from it: also before
+    spandrel builds a network srgan's architectures do not hold, from the
+    same few shapes."""
     for key in ("blocks", "channels", "growth"):
         limit = LIMITS[f"model.{key}"]
         if model.get(key, 0) > limit:
@@ -253,7 +257,8 @@ def describe(layout: str, model: dict[str, Any]) -> str:
 def recognise_discriminator(state: dict[str, torch.Tensor], origin: str) -> Recognised:
     """Real-ESRGAN's UNetDiscriminatorSN (RealESRGAN_x4plus_netD.pth), BasicSR's
     VGGStyleDiscriminator or srgan's own, by their keys; `model` holds the
-    gan.discriminator, model.d_channels (and, for vgg, data.crop_size) they imply."""
+    gan.discriminator, model.d_channels (and, for vgg, data.crop_size) they imply.
+    Raises SrganError for other keys, and for BasicSR's 256 px VGG variant."""
     if {"conv0.weight", "conv1.weight_orig", "conv9.weight"} <= state.keys():
         width = conv_shape(state, "conv0.weight", origin)[0]
         return Recognised("UNetDiscriminatorSN (Real-ESRGAN)", {"discriminator": "unet", "d_channels": width}, state)

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
 
 def build_discriminator(config: Config) -> nn.Module:
-    """gan.discriminator, model.d_channels wide (the loader has checked that
-    data.crop_size suits it)."""
+    """The discriminator gan.discriminator names, model.d_channels wide (the
+    config loader has checked that data.crop_size suits it)."""
     kind, width = config.gan.discriminator, config.model.d_channels
     if kind == "vgg":
         return VGGStyleDiscriminator(width, config.data.crop_size)

@@ -128,15 +128,15 @@ class Generator(nn.Module):
         h = F.pixel_shuffle(h, 2)
         if self.residual == "bicubic":
             return self.bicubic(x) + h
-        # (tanh + 1) / 2 maps to [0, 1] with the gradient of the seed code.
+        # (tanh + 1) / 2 maps tanh's [-1, 1] onto the image range [0, 1].
         return (torch.tanh(h) + 1) / 2
 
     @property
     def receptive_radius(self) -> int:
         """How many LR pixels away an input pixel can still change an output
         pixel: the context a tile needs so that tiled and whole-image outputs
-        agree. Traced back exactly through the layers from the HR pixels of
-        one LR pixel (at index 0)."""
+        agree. It traces back exactly through the layers from the HR pixels
+        of one LR pixel (at index 0)."""
         worst = 0
         for offset in range(self.scale):
             lo, hi = offset - 4, offset + 4  # the 9x9 tail
@@ -187,7 +187,7 @@ def cubic(x: torch.Tensor, a: float = -0.5) -> torch.Tensor:
 
 
 def icnr_init(weight: torch.Tensor, upscale: int) -> None:
-    """ICNR: the (C*r^2) x C x k x k weight before PixelShuffle(r) set to r^2
+    """ICNR: set the (C*r^2) x C x k x k weight before PixelShuffle(r) to r^2
     copies of one random C x C x k x k kernel, so the shuffled output starts
     as a nearest-neighbour upsampling (Aitken et al. 2017)."""
     out_channels = weight.shape[0] // upscale**2
@@ -208,7 +208,7 @@ def tail_before_shuffle(weight: torch.Tensor) -> torch.Tensor:
 
     Slices and stacks only: the backward adds the 16 slices' gradients in a
     fixed order (an indexed gather's backward adds into repeated indices with
-    atomics on the CPU, which made two identical runs differ)."""
+    atomics on the CPU, so two identical runs would differ)."""
     kernel = weight.shape[-1]
     half = kernel // 2
     reach = (half + 1) // 2

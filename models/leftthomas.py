@@ -24,7 +24,8 @@ from srgan.models.generator import Generator
 
 
 def is_leftthomas_state_dict(state: Any) -> bool:
-    """Recognised by its keys: a head `block1.0.weight` and a first residual block `block2.conv1.weight`."""
+    """Whether `state` is a leftthomas/SRGAN generator's state dict, by its keys: a head `block1.0.weight`
+    and a first residual block `block2.conv1.weight`."""
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         return False
     keys = {_strip_module(k) for k in state}
@@ -32,8 +33,10 @@ def is_leftthomas_state_dict(state: Any) -> bool:
 
 
 def generator_from_leftthomas(state: dict[str, torch.Tensor], origin: str = "state dict") -> Generator:
-    """Our Generator with the weights of a leftthomas/SRGAN state dict;
-    scale, block count and channels are read from the keys and shapes."""
+    """srgan's Generator with the weights of a leftthomas/SRGAN state dict,
+    its scale, block count and channels read from the keys and shapes.
+    Raises SrganError for sizes over srgan's limits and for keys or shapes
+    that do not fit an SRResNet."""
     state = {_strip_module(k): v for k, v in state.items()}
     blocks = 0
     while f"block{blocks + 2}.conv1.weight" in state:
@@ -90,5 +93,5 @@ def _rename(key: str, blocks: int, stages: int) -> str | None:
 
 
 def _strip_module(key: str) -> str:
-    # Saved from a DataParallel-wrapped model.
+    # A DataParallel-wrapped model saves its names with this prefix.
     return key[len("module.") :] if key.startswith("module.") else key

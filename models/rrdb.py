@@ -112,8 +112,8 @@ class RRDBNet(nn.Module):
         if u > 1:
             extra_h, extra_w = -height % u, -width % u
             if extra_h or extra_w:
-                # reflect needs a side longer than the pad: replicate the
-                # 1-pixel sides (or narrower) that a tiny input may have
+                # reflect needs a side longer than the pad, so replicate
+                # where a tiny input has a side no longer than that
                 mode = "reflect" if min(height, width) > max(extra_h, extra_w) else "replicate"
                 x = F.pad(x, (0, extra_w, 0, extra_h), mode=mode)
             x = F.pixel_unshuffle(x, u)
@@ -131,9 +131,10 @@ class RRDBNet(nn.Module):
         """How many input pixels away an input pixel can still change an
         output pixel (the worst over the positions in an unshuffle group):
         15 3x3 convs a block and 2 more on the body's grid, 1 on the grid of
-        conv_up1, 3 on the output grid. Hundreds of pixels for the presets:
-        exact tiles would cost whole images: the pad tiles read is measured on
-        the weights instead (inference/tile_pad.py)."""
+        conv_up1, 3 on the output grid. For the presets that is hundreds of
+        pixels, so tiles that exact would cost as much as whole images;
+        inference/tile_pad.py measures the pad tiles need on the weights
+        instead."""
         body_reach = 2 + 15 * self.blocks  # conv_first, 3 x 5 convs a block, conv_body
         u, worst = self.unshuffle, 0
         for offset in range(u):  # the input pixel's place in its group (body cell 0)

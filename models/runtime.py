@@ -63,7 +63,9 @@ def resolve_runtime(
     """`device` auto: CUDA when available. `precision` auto: bf16 where the
     device runs it fast (CUDA with bf16 support, a CPU with AMX or
     AVX512-BF16), else fp32. fp16 is CUDA only (CPU fp16 is slow and lossy).
-    `keys` name the option or config key each came from, for the refusals."""
+    `keys` name the option or config key each came from, for the refusals.
+    Returns the Runtime; raises SrganError for a CUDA device this machine
+    lacks, fp16 off CUDA, and bf16 on a GPU without it."""
     device_key, precision_key = keys
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SrganError(f"{device_key} {device}: no CUDA device is available (use auto or cpu)")

@@ -7,8 +7,8 @@ memory budget and precision; training calls the network itself.
 spandrel's descriptor does what such a network needs around its forward
 pass: it pads the input to the sizes the network takes (a multiple of its
 window, a square, a minimum) and cuts the padding's output off again, and
-calls networks that want more than an image the way they want. What it
-cannot run in (bf16 or fp16, as its descriptor says) runs in fp32."""
+calls networks that want more than an image the way they want. A network
+whose descriptor says it cannot run in bf16 or fp16 runs in fp32 instead."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 class SpandrelGenerator(nn.Module):
     """A spandrel ImageModelDescriptor with what srgan's inference reads from
     a generator: scale, arch, channels (for the memory estimate), tile_align,
-    receptive_radius (None: not computed; attention over shifted windows
-    grows with depth, so the pad tiles read is measured, inference/tile_pad.py)."""
+    receptive_radius (None: attention over shifted windows makes the reach
+    grow with depth, so inference/tile_pad.py measures the pad tiles need)."""
 
     def __init__(self, descriptor: Any):
         super().__init__()
@@ -89,7 +89,10 @@ def check_crop(config: Config, generator: SpandrelGenerator) -> None:
 
 def spandrel_generator(state: dict[str, torch.Tensor], origin: str, why: str) -> SpandrelGenerator:
     """The network spandrel recognises in `state`; `why` is srgan's own
-    refusal, kept when spandrel knows the keys no better."""
+    refusal, kept when spandrel knows the keys no better. Raises SrganError
+    when spandrel is missing, does not recognise or cannot load `state`,
+    would build a network far larger than the file, or builds one that is
+    not one RGB image in and one out."""
     try:
         import spandrel
     except ImportError:
@@ -110,7 +113,7 @@ def spandrel_generator(state: dict[str, torch.Tensor], origin: str, why: str) ->
     except Exception as error:  # a layout it recognised, with tensors that do not fit it
         raise SrganError(f"{why}; nor can spandrel {spandrel.__version__} load it ({failure(error)})") from None
     network = descriptor.model.state_dict()
-    for name, tensor in state.items():  # as srgan's own networks: a float weight stored as an integer is not one
+    for name, tensor in state.items():  # refuse a float weight stored as an integer, as for srgan's own networks
         if name in network and tensor.is_floating_point() != network[name].is_floating_point():
             raise SrganError(
                 f"{origin}: {name} is {tensor.dtype}, the {descriptor.architecture.name} network's "
@@ -145,15 +148,15 @@ class OverBudget(Exception):
 
 
 class BuildBudget(TorchFunctionMode):
-    """The elements of the tensors made while spandrel builds a network,
-    counted as each is made, the build stopped past `limit`. spandrel reads an
+    """Counts the elements of the tensors made while spandrel builds a
+    network, as each is made, and stops the build past `limit`. spandrel reads an
     architecture's widths from a few of the file's shapes and builds the whole
     network before it loads the file's tensors, so a small file declaring
     huge widths costs minutes and gigabytes before spandrel refuses it
     (tests/hostile/test_weight_files.py holds the case). A file whose
     network loads holds every one of its numbers, so twice the file's count
-    and a slack bound every honest build. A tensor is counted once made:
-    made, not yet written (its initialisation comes after), it costs only
+    and a slack bound every honest build. Counting a tensor when it is made
+    is early enough: until its initialisation writes it, it costs only
     address space."""
 
     def __init__(self, limit: int):

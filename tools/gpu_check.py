@@ -1,14 +1,14 @@
 """`make gpu-check` (python tools/gpu_check.py): the one script to run
-first on a machine with a GPU, under 8 minutes on one. It runs the CUDA
+first on a machine with a GPU; it finishes in minutes. It runs the CUDA
 tests, a short training and its resume, an upscale, `srgan bench train`
 (fp32 deterministic and not, bf16, bf16 + compile), `srgan bench upscale`,
 ESRGAN's RRDBNet (a run, its resume, a bf16 upscale, its training step at
 the presets' size), whether Real-ESRGAN's degradations keep realesrnet_x4's
 step fed, and a 1-rank NCCL job under torchrun, and prints one summary with the
-figures docs/performance.md lacks. Without CUDA the CUDA parts are
-skipped, each with its reason, and the parts that run anywhere (the 1-rank
-torchrun job, on gloo) still run. It runs tests/ from the checkout, so it
-is a developer's tool outside the installed package."""
+figures docs/performance.md lacks. Without CUDA it skips the CUDA parts,
+each with its reason, and still runs the parts that run anywhere (the 1-rank
+torchrun job, on gloo). It runs tests/ from the checkout, so it is a
+developer's tool outside the installed package."""
 
 from __future__ import annotations
 
@@ -292,9 +292,9 @@ def check_rrdb(work: Path) -> dict:
 def check_degradations(
     work: Path, device: str = "cuda", blocks: int = 23, batch: int = 12, crop: int = 256, iters: int = 10
 ) -> dict:
-    """Do Real-ESRGAN's degradations keep the GPU fed? realesrnet_x4's step
-    on the device (images a second; the same step whatever the LR was made
-    by) against the degraded pairs a second that the preset's 5 workers make
+    """Whether Real-ESRGAN's degradations keep the GPU fed: realesrnet_x4's
+    step on the device in images a second (the same step whatever made the
+    LR), against the degraded pairs a second that the preset's 5 workers make
     on this machine's cores, and the same crops made by bicubic."""
     done = srgan(
         "bench",

@@ -35,7 +35,8 @@ class World:
 
     @property
     def is_main(self) -> bool:
-        """Rank 0 alone writes the run folder, the checkpoints, the pictures and the progress bar."""
+        """Whether this is rank 0, which alone writes the run folder, the
+        checkpoints, the pictures and the progress bar."""
         return self.rank == 0
 
     @property
@@ -47,7 +48,9 @@ class World:
         """Join the process group torchrun describes in the environment (RANK,
         WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT), NCCL on CUDA, gloo on the
         CPU; a world of one without torchrun. Collectives time out after
-        `timeout_s`, so a rank that dies cannot hang the others forever."""
+        `timeout_s`, so a rank that dies cannot hang the others forever.
+        Raises SrganError when LOCAL_RANK has no CUDA device or the group
+        cannot be joined."""
         size = int(os.environ.get("WORLD_SIZE", "1"))
         if size <= 1:
             return cls()
@@ -77,7 +80,8 @@ class World:
 
     def wrap(self, module: nn.Module, sync_bn: bool) -> nn.Module:
         """The module under DDP (its gradients averaged over the ranks in the
-        backward), or itself in a world of one.
+        backward), or itself in a world of one. Raises SrganError for
+        `sync_bn` on the CPU.
 
         No buffer sync in the forward: by default DDP copies rank 0's BatchNorm
         statistics into every rank, in place, at the start of every forward.
@@ -162,9 +166,10 @@ class World:
                 dist.broadcast(buffer, src=0)
 
     def check_in_sync(self, modules: dict[str, nn.Module], device: torch.device) -> None:
-        """Every rank must hold the same weights (DDP's promise); a cheap
-        checksum per network, compared at each checkpoint, catches a
-        replica that drifted before its checkpoint is trusted."""
+        """Raise SrganError, naming the network, when the ranks' weights
+        differ. DDP promises they match; a cheap checksum per network,
+        compared at each checkpoint, catches a replica that drifted before
+        its checkpoint is trusted."""
         if not self.distributed:
             return
         sums = torch.stack(

@@ -2,12 +2,12 @@
 published model to fine-tune, or an earlier run), and the network shape
 they bring.
 
-Read once, before anything is built: the settings a file implies (arch,
-scale, blocks, channels, growth; discriminator kind and width) fill the
-keys the config left open (Config.given_keys), and a key the config gives
-that disagrees is refused, every one named. The resolved config, the one
-written into the run folder, holds the values used. A resumed run reads
-neither file: its checkpoint wins."""
+srgan reads them once, before it builds anything: the settings a file
+implies (arch, scale, blocks, channels, growth; discriminator kind and
+width) fill the keys the config left open (Config.given_keys), and it
+refuses every key the config gives that disagrees, naming each one. The
+resolved config, the one the run folder gets, holds the values used. A
+resumed run reads neither file: its checkpoint wins."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ class InitWeights:
 
 def read_init_files(config: Config) -> InitWeights:
     """The weights of model.init_from and gan.init_from, and the config they
-    complete. SrganError naming the file (and every disagreeing key)."""
+    complete. Raises SrganError naming the file that cannot be read, or
+    every key of the config that disagrees with it."""
     settings: dict[str, Any] = {}
     notes: list[str] = []
     generator = discriminator = None
@@ -73,7 +74,8 @@ def read_init_files(config: Config) -> InitWeights:
 
 
 def agreed(config: Config, key: str, path: str, implied: dict[str, Any]) -> dict[str, Any]:
-    """`implied`, once every key the config gives agrees with it."""
+    """`implied`, once every key the config gives agrees with it; raises
+    SrganError listing every key that does not."""
     mismatches = []
     for name, theirs in implied.items():
         ours = current(config, name)
@@ -100,7 +102,7 @@ def with_settings(config: Config, settings: dict[str, Any]) -> Config:
         section, name = dotted.split(".")
         raw[section][name] = value
     arch = raw["model"]["arch"]
-    for name, archs in ARCH_KEYS.items():  # an arch from the file: the other archs' keys left at defaults go
+    for name, archs in ARCH_KEYS.items():  # an arch from the file drops other archs' keys left at their defaults
         if arch not in archs and f"model.{name}" not in config.given_keys:
             raw["model"].pop(name, None)
     resolved = config_from_dict(raw, "the config completed from model.init_from / gan.init_from")
@@ -109,8 +111,8 @@ def with_settings(config: Config, settings: dict[str, Any]) -> Config:
 
 
 def start_from(init: InitWeights, generator: nn.Module, discriminator: nn.Module) -> None:
-    """Load the init weights into the built networks: every name and shape
-    must match (the first that does not is named)."""
+    """Load the init weights into the built networks. Every name and shape
+    must match: raises SrganError naming the first that does not."""
     for key, path, weights, module in (
         ("model.init_from", init.config.model.init_from, init.generator, generator),
         ("gan.init_from", init.config.gan.init_from, init.discriminator, discriminator),

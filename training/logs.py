@@ -3,11 +3,11 @@ the means over those steps), epochs.csv (a row per epoch) and
 validation.csv (a row per validation). Step values stay on the device until
 a row is due: one host sync per row, none per step.
 
-The files are appended to, so a kill or a full disk mid-append can leave a
-torn last line: the readers here drop such a line (with a warning) and
+The run appends to the files, so a kill or a full disk mid-append can leave
+a torn last line: the readers here drop such a line (with a warning) and
 refuse any other damage, naming the file and the line. They read regular
-files only, of at most MAX_LOG_BYTES: a FIFO or a link to /dev/zero in a
-run folder is refused, not waited on or read without end."""
+files only, of at most MAX_LOG_BYTES: they refuse a FIFO or a link to
+/dev/zero in a run folder rather than wait on it or read it without end."""
 
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ def validation_columns(val_metrics: Sequence[str]) -> tuple[str, ...]:
     return VALIDATION_COLUMNS + tuple(column for name in learned for column in (name, f"bicubic_{name}"))
 
 
-# A row every `log_every` steps is a few hundred bytes: a million rows. A
-# file larger than this is no log srgan wrote (a sparse file, a copy gone
+# A metrics row is a few hundred bytes, so this limit allows about a million
+# rows. A larger file is no log srgan wrote (a sparse file, a copy gone
 # wrong), and reading it whole would take the memory of several times its size.
 MAX_LOG_BYTES = 256 << 20
 
@@ -140,16 +140,17 @@ class MetricLog:
         return {"sums": dict(self._epoch_sums), "counts": dict(self._epoch_counts)}
 
     def resume(self, state: dict, step: int, keep_epochs_before: int, validated: bool) -> None:
-        """Continue the files of a run from its checkpoint at `step`: rows
-        written after it (by a run that died before its next checkpoint) are
-        dropped, so are epochs.csv's rows from epoch `keep_epochs_before` on
-        (they will be written again whole) and the validation row of `step`
-        itself unless the checkpoint records it as done."""
+        """Continue the files of a run from its checkpoint at `step`. It drops
+        the rows written after it (by a run that died before its next
+        checkpoint), epochs.csv's rows from epoch `keep_epochs_before` on (the
+        run writes them again whole), and the validation row of `step` itself
+        unless the checkpoint records it as done. Raises SrganError for a
+        damaged log, naming the file and the line."""
         self._epoch_sums = dict(state.get("sums", {}))
         self._epoch_counts = dict(state.get("counts", {}))
         if not self.write:
             return
-        # All three read (and their damage found) before any is rewritten.
+        # Read all three (and find any damage) before rewriting any.
         rows = read_jsonl(self.jsonl_path) if self.jsonl_path.exists() else None
         epochs = read_epochs_csv(self.csv_path) if self.csv_path.exists() else None
         validations = read_validation_csv(self.validation_path) if self.validation_path.exists() else None
@@ -172,7 +173,7 @@ class MetricLog:
 
 
 def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[float]) -> None:
-    """Stop at the first step with a loss that is not finite, naming its terms."""
+    """Raise NonFiniteLoss at the first step with a loss that is not finite, naming its terms."""
     by_step: dict[int, dict[str, float]] = {}
     for (step, name), value in zip(keys, values, strict=True):
         by_step.setdefault(step, {})[name] = value
@@ -191,8 +192,9 @@ def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The rows of metrics.jsonl. A torn last line (a kill or a full disk
-    mid-append) is dropped with a warning; any other bad line is an error."""
+    """The rows of metrics.jsonl. Drops a torn last line (a kill or a full
+    disk mid-append) with a warning; raises SrganError, naming the file and
+    the line, for any other bad line."""
     text = read_regular_text(path, MAX_LOG_BYTES, "log")
     lines = text.split("\n")
     rows = []
@@ -213,7 +215,7 @@ def read_jsonl(path: Path) -> list[dict]:
 def read_csv(path: Path, columns: tuple[str, ...]) -> list[dict]:
     """The rows of epochs.csv or validation.csv, with the checks of read_jsonl:
     the header must be `columns`, epoch and step integers, the other fields
-    numbers or empty."""
+    numbers or empty (SrganError, naming the file and the line, otherwise)."""
     text = read_regular_text(path, MAX_LOG_BYTES, "log")
     lines = text.splitlines(keepends=True)
     if not lines:
@@ -360,6 +362,7 @@ class TensorBoard:
 
 
 def open_tensorboard(run_dir: Path) -> TensorBoard | None:
+    """The run's TensorBoard writer, or None, with a warning, when tensorboard is not installed."""
     try:
         return TensorBoard(run_dir)
     except ImportError:

@@ -1,13 +1,14 @@
 """`srgan train`: build the parts from the config, run the epochs, write the
 run folder.
 
-`train()` is the whole story; `Trainer` holds one method per phase, in the
-order they run: setup (`__init__`, a step a method: inputs, runtime, data,
+`train()` runs it all; `Trainer` holds one method per phase, in the order
+they run: setup (`__init__`, one method per part: inputs, runtime, data,
 networks, run folder, resume, logs, DDP), `fit` (the epochs), `run_epoch`
 (the steps), `step` (one update, see step.py), `end_epoch`, `validate`,
-`checkpoint`. What must survive a crash is written before the work that
-might crash: a checkpoint before a validation, and the progress records
-which of that work is done (`Ledger`), so that a resumed run finishes it."""
+`checkpoint`. The trainer writes what must survive a crash before the work
+that might crash: a checkpoint before a validation, and the progress
+records which of that work is done (`Ledger`), so that a resumed run
+finishes it."""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ log = logging.getLogger("srgan")
 def train(config: Config, resume: Path | None = None) -> Path:
     """Train as `config` says, in a new run folder or continuing `resume`'s;
     returns the run folder. Raises TrainingInterrupted after saving when
-    SIGINT/SIGTERM arrives."""
+    SIGINT/SIGTERM arrives, and SrganError for a refused input, a full disk
+    (DiskFull), running out of memory or a broken process group."""
     world = World.from_environment(config.train.device, config.train.dist_timeout_s)
     try:
         trainer = Trainer(config, resume, world)
@@ -111,9 +113,9 @@ def train(config: Config, resume: Path | None = None) -> Path:
 
 def read_inputs(config: Config, resume: Path | None) -> tuple[Config, InitWeights | None]:
     """The config to train, and the init files' weights when it names any.
-    Refuses a `resume` that is not a run folder, before anything is built.
-    The init files may complete the network's shape, so they are read
-    first; a resume reads neither."""
+    Raises SrganError for a `resume` that is not a run folder, before
+    anything is built. It reads the init files first, since they may
+    complete the network's shape; a resume reads neither."""
     if resume is not None:
         resume_config(resume)
     if resume is None and (config.model.init_from or config.gan.init_from):
@@ -376,7 +378,7 @@ class Trainer:
             dynamic_ncols=True,
             unit="step",
             mininterval=0.1 if sys.stderr.isatty() else 60,
-        )  # into a log file: a line a minute
+        )  # when stderr is a log file, a line a minute
 
     def step(self, lr: torch.Tensor, hr: torch.Tensor) -> None:
         """One training step on a batch: the generator alone while
@@ -425,8 +427,8 @@ class Trainer:
         one): its validation, its epochs.csv row, its checkpoints, pictures."""
         t, p = self.config.train, self.progress
         complete = self.ledger.epoch_complete()
-        # The epoch's last steps since the last row, into its means before its
-        # row is written (not into the next epoch's, by the checkpoint's flush).
+        # Flush the epoch's last steps into its own means before its row is
+        # written; the checkpoint's flush would put them into the next epoch's.
         self.flush_row()
         if self.val_images is not None and (not t.val_every or self.done()) and not self.ledger.validated():
             self.checkpoint()  # first: a crash in validation loses nothing
@@ -483,7 +485,7 @@ class Trainer:
         means = {name: total / totals[-1] for name, total in zip(self.scores.names, totals, strict=False)}
         best_by = self.config.train.best_by
         undefined = [name for name, value in means.items() if not math.isfinite(value)]
-        if undefined:  # no best by it (NaN beats nothing); a later finite one still can be
+        if undefined:  # a NaN never becomes the best (it beats nothing); a later finite value still can
             log.warning(
                 "step %d: validation %s %s (NaN or infinite: the generator's output, or a learned metric's "
                 "network, overflowed)%s",
@@ -506,8 +508,9 @@ class Trainer:
 
     def checkpoint(self, best: bool = False, keep_epoch: bool = False) -> None:
         """Write checkpoints/last.pt (and best.pt, epoch_NNN.pt) as the run
-        stands, the metric log flushed first. Never a checkpoint of weights
-        that are no longer finite: the last good one stays."""
+        stands, the metric log flushed first. Raises NonFiniteLoss instead of
+        saving weights that are no longer finite, so the last good checkpoint
+        stays."""
         p = self.progress
         self.metrics.flush(p.epoch, {})
         networks = {"generator": self.parts.generator, "discriminator": self.parts.discriminator}
@@ -550,8 +553,9 @@ class Trainer:
         return int(self.world.maximum(float(stop.signum or 0), self.runtime.device))
 
     def record(self, state: str, reason: str = "") -> None:
-        """run.json: the state, step and time spent, for `srgan runs`. Never
-        the reason a run fails: a full disk here must not hide the first error."""
+        """run.json: the state, step and time spent, for `srgan runs`. A
+        failed write raises only while the run is "running": when recording
+        how a run ended, a full disk here must not hide the error that ended it."""
         started, before = self._session
         self.progress.wall_seconds = before + time.perf_counter() - started
         if not self.world.is_main:
@@ -618,9 +622,9 @@ class Ledger:
     - `last_validation`: the means of the validation at `validated_step`,
       with its step and `best` (whether it improved on the best before).
 
-    A checkpoint is written just before a validation or an epoch's end, so
-    that a crash in them loses nothing: its counters then say the work is
-    still to do, and the resumed run does it first."""
+    The trainer writes a checkpoint just before a validation or an epoch's
+    end, so that a crash in them loses nothing: its counters then say the
+    work is still to do, and the resumed run does it first."""
 
     progress: Progress
     sampler: EpochSampler

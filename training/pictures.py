@@ -98,7 +98,7 @@ def draw_curves(
     from matplotlib.ticker import MaxNLocator
 
     out = Path(out)
-    check_output(out, overwrite)  # before the drawing
+    check_output(out, overwrite)  # refuse the target before the drawing, not after
     labels = labels or [run.name for run in runs]
     series = series if series is not None else [read_run_logs(run) for run in runs]
     if psnr_only:

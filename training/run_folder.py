@@ -50,14 +50,15 @@ class RunFolder:
         return self.last.is_file()
 
     def open(self, resuming: bool) -> bool:
-        """Lock the folder. Refuses, for a new run, a folder that holds one.
-        Returns whether there is a checkpoint to resume from (False for a new
-        run, and for a resumed one that stopped before its first checkpoint)."""
+        """Lock the folder. Raises SrganError for a path that is a file and,
+        for a new run, for a folder that already holds one. Returns whether
+        there is a checkpoint to resume from (False for a new run, and for a
+        resumed one that stopped before its first checkpoint)."""
         if self.path.exists() and not self.path.is_dir():
             raise SrganError(f"train.run_dir: {self.path} is a file, not a folder")
-        if resuming:  # its checkpoint, config and logs: read to continue, replaced as it goes
+        if resuming:  # its checkpoint, config and logs are the run's own: read to continue, replaced as it goes
             own(self.path)
-        else:  # a config.yaml there is replaced by the run's: never the --config it reads
+        else:  # the run replaces a config.yaml there with its own, so that file must not be the --config it reads
             check_output(self.path / "config.yaml", overwrite=True)
         self.lock.acquire()
         try:
@@ -99,9 +100,10 @@ class RunFolder:
         write_text(self.path / STATUS_NAME, json.dumps(status) + "\n", overwrite=True)
 
     def check_run_files(self) -> None:
-        """The files a resumed run reads and appends to are regular files,
-        or absent: appending to a FIFO waits for a reader for ever, and a
-        link to nothing would have the log written where it points."""
+        """Raise SrganError unless each file a resumed run reads and appends
+        to is a regular file, or absent: appending to a FIFO waits for a
+        reader for ever, and a link to nothing would have the log written
+        where it points."""
         for name in RUN_FILES:
             path = self.path / name
             if not os.path.lexists(path):

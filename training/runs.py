@@ -32,7 +32,8 @@ MAX_STATUS_BYTES = 1 << 16  # run.json is one short line
 
 def find_runs(folder: Path) -> list[Path]:
     """Run folders (with a config.yaml) at or below `folder`, in name order;
-    a config.yaml that is no regular file makes a broken one, not none."""
+    a config.yaml that is no regular file makes a broken one, not none.
+    Raises SrganError when `folder` is not a folder."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SrganError(f"{folder}: no such folder")
@@ -41,6 +42,7 @@ def find_runs(folder: Path) -> list[Path]:
 
 
 def read_run_config(run: Path) -> Config:
+    """The run's config.yaml; raises SrganError, naming the file, when it is missing or not a valid config."""
     path = run / "config.yaml"
     if not os.path.lexists(path):
         raise SrganError(f"{run}: no config.yaml")

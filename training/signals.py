@@ -16,7 +16,7 @@ ECHO_SECONDS = 3.0
 
 
 class TrainingInterrupted(Exception):
-    """Raised by the loop after it saved the checkpoint; the CLI exits 128 + signum."""
+    """The loop raises it once it has saved the checkpoint; the CLI exits 128 + signum."""
 
     def __init__(self, signum: int, message: str):
         super().__init__(message)

@@ -1,6 +1,6 @@
 """What a checkpoint holds, the checks that it holds what a resume needs,
-and how a run comes back from it. The generator and its config are checked
-by models/checkpoint.py, which every reader of a generator shares."""
+and how a run comes back from it. models/checkpoint.py checks the generator
+and its config, for every reader of a generator alike."""
 
 from __future__ import annotations
 
@@ -143,7 +143,8 @@ def check_checkpoint(state: dict[str, Any], origin: str) -> None:
 
 
 def check_adam_state(state: Any, module: torch.nn.Module, origin: str) -> None:
-    """An Adam state_dict for `module`'s parameters, in their order."""
+    """Raise SrganError, naming `origin`, unless `state` is an Adam state_dict
+    for `module`'s parameters, in their order, with finite moments."""
     shapes = [p.shape for p in module.parameters()]
     if (
         not isinstance(state, dict)
@@ -173,7 +174,7 @@ def check_adam_state(state: Any, module: torch.nn.Module, origin: str) -> None:
 
 
 def check_rng_state(rng: Any, origin: str) -> None:
-    """Each generator state must load into a scratch generator of its kind."""
+    """Raise SrganError unless each generator state loads into a scratch generator of its kind."""
     if not isinstance(rng, dict) or not {"python", "numpy", "torch"} <= set(rng):
         raise SrganError(f"{origin}: expected the python, numpy and torch generator states")
     try:
@@ -199,7 +200,8 @@ def as_tuples(value):
 
 
 def check_metric_state(metrics: Any, origin: str) -> None:
-    """The epoch's running sums of the logged values (see training/logs.py)."""
+    """Raise SrganError unless `metrics` holds the epoch's running sums and
+    counts of the logged values (see training/logs.py)."""
     ok = isinstance(metrics, dict) and all(
         isinstance(metrics.get(part, {}), dict)
         and all(
@@ -245,8 +247,9 @@ def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None, best_by
 
 
 def check_same_architecture(saved: dict, config: Config, origin: str) -> None:
-    """Refuse to resume into networks of another shape, saying what differs
-    (`saved`: a checked checkpoint's config; its missing keys take the defaults)."""
+    """Raise SrganError, saying what differs, when the checkpoint's networks
+    have another shape than `config` asks for (`saved`: a checked
+    checkpoint's config; its missing keys take the defaults)."""
     saved_config = config_from_dict(saved, origin)
     theirs = saved_config.model
     differences = [

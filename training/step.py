@@ -42,11 +42,12 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, hr_sharp, hr_for_d)), strict=True))
     k = len(micro)
 
-    # 1. The generator runs once; its graph serves both updates. With several
-    # micro-batches, their graphs kept until G's update would take the memory
-    # of the whole batch, which accumulating is there to avoid: then D judges
-    # fakes made without a graph, and G runs again in step 3, one micro-batch
-    # (one graph) at a time: one more forward, without gradient, a micro-batch.
+    # 1. The generator runs once; with one micro-batch its graph serves both
+    # updates. With several, keeping every micro-batch's graph until G's update
+    # would take the memory of the whole batch, which accumulating exists to
+    # avoid. So D judges fakes made without a graph, and step 3 runs G again,
+    # one micro-batch (one graph) at a time: the cost is one extra forward
+    # without gradient per micro-batch.
     with parts.runtime.autocast(), torch.set_grad_enabled(k == 1):
         fakes = [G(x) for x, *_ in micro]
 
@@ -77,11 +78,11 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     # not at the end of the step, where they would still hold memory during the G step.
     del d_loss, real_logit, fake_logit
 
-    # 3. G step. D(G(z)) is evaluated again, under the D just updated. The
-    # widely copied loop reuses the D(G(z)) from before optimizer_d.step():
-    # that step changes in place D's weights which autograd saved for the
-    # backward, so on PyTorch >= 1.5 g_loss.backward() raises "modified by an
-    # inplace operation" (and before 1.5 it silently mixed old and new D).
+    # 3. G step. It evaluates D(G(z)) again, under the D just updated. Reusing
+    # the D(G(z)) from before optimizer_d.step(), as the widely copied loop
+    # does, fails: that step changes in place D's weights, which autograd saved
+    # for the backward, so g_loss.backward() raises "modified by an inplace
+    # operation".
     # An objective that compares with D(x) (relativistic) gets it from the
     # updated D too, without gradient: G's update needs none through it.
     # Under DDP these forwards go through the bare D: its gradients are not
@@ -116,7 +117,8 @@ def generator_step(
 ) -> dict[str, torch.Tensor]:
     """G alone, on its criterion without the adversarial term (SRResNet
     training), or on the image loss only (`image_only`: the pretraining
-    phase before the GAN); gradients of the micro-batches summed as in gan_step."""
+    phase before the GAN); gradients of the micro-batches summed as in gan_step.
+    Returns gan_step's statistics less D's: g_loss and the loss terms."""
     criterion = parts.criterion
     hr_sharp = unsharp_mask(hr) if criterion.sharpen.any else hr  # as in gan_step
     micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, hr_sharp)), strict=True))

@@ -39,10 +39,10 @@ def checked_validation_set(
 ) -> tuple[ValImages, dict[str, float]]:
     """The validation images that decode, and the mean scores of bicubic
     upscaling on them (of the given LR images with paired data, of the
-    degraded ones with a `degradation`): the figures to beat. Every image is
-    decoded once here, before training, so that a file broken past its header
+    degraded ones with a `degradation`): the figures to beat. It decodes
+    every image once, before training, so that a file broken past its header
     is skipped with a warning now rather than failing the first validation
-    hours later."""
+    hours later. Raises SrganError when no image decodes."""
     every = validation_images(images, scale, max_size, degradation, seed)
     usable: list[int] = []
     sums = dict.fromkeys(scores.names, 0.0)
