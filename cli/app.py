@@ -38,6 +38,7 @@ app.command("degrade")(degrade.degrade)
 config_app = typer.Typer(no_args_is_help=True, help="The config presets and how a config resolves.")
 config_app.command("list")(train.config_list)
 config_app.command("show")(train.config_show)
+config_app.command("archs")(train.config_archs)
 app.add_typer(config_app, name="config")
 app.add_typer(bench.bench_app, name="bench")
 

@@ -98,13 +98,28 @@ def config_show(
     model.init_from and gan.init_from where the config leaves it open), as YAML: the config a run of it
     would train with."""
     from srgan.configs import config_to_yaml, load_config  # yaml loads here, not at start-up: srgan --help stays fast
+    from srgan.configs.schema import OWN_ARCHS
 
     config = load_config(name, overrides or [])
     if config.model.init_from or config.gan.init_from:
         from srgan.training.init_from import read_init_files  # torch loads here, not at start-up
 
         config = read_init_files(config).config
+    if config.model.arch not in OWN_ARCHS:  # spandrel's: its constructor's defaults complete model.options
+        from srgan.models import resolve_architecture  # torch and spandrel load here, only for their architectures
+
+        config = resolve_architecture(config)
     typer.echo(config_to_yaml(config), nl=False)
+
+
+def config_archs() -> None:
+    """The architectures model.arch takes: srgan's own three, then spandrel's SR networks (their class and options)."""
+    from srgan.models.spandrel_archs import SPANDREL_ARCHS, settable_options  # spandrel and torch: seconds
+
+    for name in ("srresnet", "rrdb", "compact"):
+        typer.echo(f"{name:<10} srgan's own (docs/models.md)")
+    for name, arch in SPANDREL_ARCHS.items():
+        typer.echo(f"{name:<10} spandrel's {arch.network.__name__}: model.options {', '.join(settable_options(arch))}")
 
 
 def samples(

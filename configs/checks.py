@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from srgan.configs.networks import VGG_BLOCKS, generator_parameters, perceptual_layers, vgg_layer_count, vgg_pool_count
-from srgan.configs.schema import ARCH_KEYS, ARCH_SCALES, BUILTIN_SAMPLES, Config
+from srgan.configs.schema import ARCH_KEYS, ARCH_SCALES, BUILTIN_SAMPLES, OWN_ARCHS, Config, arch_has_key
 from srgan.files.errors import SrganError
 
 # Upper bounds on what a config may ask for, which the checks apply before
@@ -109,8 +109,8 @@ def _check_arch_keys(config: Config, raw: dict, origin: str) -> None:
     they load again."""
     arch = config.model.arch
     for key in raw.get("model") or {}:
-        if key in ARCH_KEYS and arch not in ARCH_KEYS[key]:
-            archs = " and ".join(ARCH_KEYS[key])
+        if not arch_has_key(arch, str(key)):
+            archs = " and ".join(ARCH_KEYS[key]) if key in ARCH_KEYS else "spandrel's (srgan config archs)"
             raise SrganError(f"{origin}: model.{key}: applies to model.arch {archs} only, not {arch} (leave it out)")
 
 
@@ -143,6 +143,9 @@ def _check_model(c: Config, origin: str) -> None:
     need(c.model.channels >= 1, "model.channels", "at least 1", c.model.channels)
     need(c.model.d_channels >= 1, "model.d_channels", "at least 1", c.model.d_channels)
     need(0 < c.model.res_scale <= 1, "model.res_scale", "a factor in (0, 1]", c.model.res_scale)
+    if c.model.arch not in OWN_ARCHS:  # spandrel's: models/spandrel_archs.py checks them against their constructors
+        need(c.model.arch.isidentifier(), "model.arch", "an architecture's name (srgan config archs)", c.model.arch)
+        return
     scales = ARCH_SCALES[c.model.arch]
     need(
         c.model.scale in scales,

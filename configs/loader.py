@@ -18,7 +18,7 @@ from typing import Any, Literal
 import yaml
 
 from srgan.configs.checks import check_config
-from srgan.configs.schema import ARCH_KEYS, Config
+from srgan.configs.schema import Config, arch_has_key
 from srgan.files.errors import SrganError
 from srgan.files.reading import read_regular_bytes
 
@@ -79,8 +79,8 @@ def _drop_keys_of_another_arch(raw: dict, overrides: list[str] | tuple[str, ...]
     model = raw.get("model")
     if "model.arch" not in named or not isinstance(model, dict):
         return
-    for key, archs in ARCH_KEYS.items():
-        if key in model and model.get("arch") not in archs and f"model.{key}" not in named:
+    for key in list(model):
+        if not arch_has_key(str(model.get("arch")), str(key)) and f"model.{key}" not in named:
             del model[key]
 
 
@@ -109,8 +109,8 @@ def config_to_dict(config: Config) -> dict:
     loader would refuse a key of another arch when it loads the dict again)."""
     values = dataclasses.asdict(config)
     del values["given_keys"]  # how the config was written, not a setting
-    for key, archs in ARCH_KEYS.items():
-        if config.model.arch not in archs:
+    for key in list(values["model"]):
+        if not arch_has_key(config.model.arch, key):
             del values["model"][key]
     if config.data.degradation != "realesrgan":
         del values["data"]["realesrgan"]  # refused with bicubic, as another arch's keys are
@@ -271,6 +271,8 @@ def _convert(hint: Any, value: Any, key: str, origin: str):
         return _build(hint, value, key + ".", origin)
     origin_type = typing.get_origin(hint)
     args = typing.get_args(hint)
+    if hint is Any:  # model.options: YAML values, which the architecture's constructor judges
+        return value
     if origin_type in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None

@@ -6,15 +6,17 @@ validate it, once; the rest of the program trusts them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 
 @dataclass
 class ModelConfig:
     # The generator (models/build.py): srresnet, SRGAN's SRResNet (the paper's);
-    # rrdb, ESRGAN's RRDBNet; compact, Real-ESRGAN's SRVGGNetCompact. The keys
-    # only some of them take, and the scales each offers: ARCH_KEYS, ARCH_SCALES.
-    arch: Literal["srresnet", "rrdb", "compact"] = "srresnet"
+    # rrdb, ESRGAN's RRDBNet; compact, Real-ESRGAN's SRVGGNetCompact; or one of
+    # spandrel's SR architectures (span, dat, swinir, ...: `srgan config archs`),
+    # built from model.options. The keys only some of them take, and the scales
+    # srgan's own offer: ARCH_KEYS, ARCH_SCALES.
+    arch: str = "srresnet"
     scale: Literal[1, 2, 3, 4, 8] = 4
     blocks: int = 16  # residual blocks in the generator (rrdb: RRDBs; compact: 3x3 convs)
     channels: int = 64  # feature channels of the generator
@@ -34,12 +36,19 @@ class ModelConfig:
     # leftthomas/SRGAN, .safetensors). The model keys the config leaves out
     # are taken from the file; those it gives must agree with it.
     init_from: str | None = None
+    # spandrel's architectures: their constructor's options by name (SPAN's
+    # feature_channels, DAT's embed_dim, ...); the run's config.yaml lists
+    # every one, defaults included (models/spandrel_archs.py checks them).
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 # The model.* keys that only some architectures have: configs/checks.py
 # refuses a config naming one with another arch, and the config written
 # into a run folder or checkpoint leaves them out.
+OWN_ARCHS = ("srresnet", "rrdb", "compact")
 ARCH_KEYS = {
+    "blocks": OWN_ARCHS,
+    "channels": OWN_ARCHS,
     "norm": ("srresnet",),
     "residual": ("srresnet",),
     "res_scale": ("srresnet",),
@@ -49,6 +58,16 @@ ARCH_KEYS = {
 # srresnet: x2 sub-pixel stages (x3: one x3 stage); rrdb: 4x on a body of a
 # quarter of the output's size (the input pixel-unshuffled for x1 and x2);
 # compact: one PixelShuffle of any factor.
+
+
+def arch_has_key(arch: str, key: str) -> bool:
+    """Whether model.<key> applies to model.arch: ARCH_KEYS for srgan's own
+    architectures; model.options to spandrel's (any other arch) only."""
+    if key == "options":
+        return arch not in OWN_ARCHS
+    return key not in ARCH_KEYS or arch in ARCH_KEYS[key]
+
+
 ARCH_SCALES = {"srresnet": (2, 3, 4, 8), "rrdb": (1, 2, 4), "compact": (1, 2, 3, 4, 8)}
 
 

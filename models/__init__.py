@@ -1,7 +1,8 @@
-"""The networks (the generators SRResNet, RRDBNet and SRVGGNetCompact, the
-discriminators), their checkpoints, and the device/precision they run in."""
+"""The networks (the generators: SRResNet, RRDBNet, SRVGGNetCompact and
+spandrel's SR architectures; the discriminators), their checkpoints, and the
+device/precision they run in."""
 
-from srgan.models.build import SRGenerator, build_generator
+from srgan.models.build import SRGenerator, build_generator, resolve_architecture
 from srgan.models.checkpoint import (
     generator_from_checkpoint,
     resolve_checkpoint_path,
@@ -19,6 +20,7 @@ __all__ = [
     "build_discriminator",
     "build_generator",
     "generator_from_checkpoint",
+    "resolve_architecture",
     "resolve_checkpoint_path",
     "resolve_runtime",
     "save_checkpoint",

@@ -25,7 +25,7 @@ import torch
 
 from srgan.configs import Config, config_from_dict
 from srgan.configs.checks import MAX_GENERATOR_PARAMETERS
-from srgan.configs.schema import ARCH_KEYS, ModelConfig
+from srgan.configs.schema import ModelConfig, arch_has_key
 from srgan.files import looks_like_safetensors, parse_json, read_safetensors_file, read_torch_file, write_file
 from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import not_found
@@ -195,11 +195,7 @@ def read_discriminator_file(path: str | Path) -> Recognised:
 
 def srgan_model_keys(model: ModelConfig) -> tuple[str, ...]:
     """The model.* keys that shape an srgan generator of model.arch."""
-    return tuple(
-        key
-        for key in ARCHITECTURE_KEYS
-        if key not in DISCRIMINATOR_KEYS and model.arch in ARCH_KEYS.get(key, (model.arch,))
-    )
+    return tuple(key for key in ARCHITECTURE_KEYS if key not in DISCRIMINATOR_KEYS and arch_has_key(model.arch, key))
 
 
 def is_srgan_checkpoint(state: Any) -> bool:

@@ -1,7 +1,8 @@
-"""Any other image-to-image network spandrel (chaiNNer's loader) recognises
-from a state dict (SwinIR, HAT, DAT, SPAN, OmniSR, ...), for inference only:
-upscale, evaluate, compare and video run it with srgan's tiling, alpha,
-16-bit, memory budget and precision. srgan trains none of these.
+"""A network of spandrel's (chaiNNer's loader): one it recognised in a
+community file (SwinIR, HAT, DAT, SPAN, OmniSR, ...), or one srgan trains
+(models/spandrel_archs.py builds spandrel's class from the config). upscale,
+evaluate, compare and video run it with srgan's tiling, alpha, 16-bit,
+memory budget and precision; training calls the network itself.
 
 spandrel's descriptor does what such a network needs around its forward
 pass: it pads the input to the sizes the network takes (a multiple of its
@@ -12,13 +13,16 @@ whose descriptor says it cannot run in bf16 or fp16 runs in fp32 instead."""
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from srgan.files.errors import SrganError, first_line
+
+if TYPE_CHECKING:
+    from srgan.configs.schema import Config
 
 
 class SpandrelGenerator(nn.Module):
@@ -44,7 +48,15 @@ class SpandrelGenerator(nn.Module):
         device = x.device.type
         if torch.is_autocast_enabled(device) and not self.low_precision.get(torch.get_autocast_dtype(device), True):
             with torch.autocast(device, enabled=False):
-                return self.descriptor(x.float())
+                return self.run(x.float())
+        return self.run(x)
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        # Training calls the network itself: the descriptor runs it in eval
+        # mode under inference_mode (no gradient) and clamps in place. The
+        # training crops already meet its size rule (spandrel_archs.check_crop).
+        if self.training:
+            return self.network(x)
         return self.descriptor(x)
 
     def describe(self) -> str:
@@ -55,6 +67,24 @@ class SpandrelGenerator(nn.Module):
         if not d.supports_bfloat16:
             text += ", runs in fp32 (no bf16)"
         return text
+
+
+def check_crop(config: Config, generator: SpandrelGenerator) -> None:
+    """Refuses a training crop whose LR side breaks the network's size rule
+    (a window transformer's multiple), naming the nearest crop that keeps it."""
+    need = generator.descriptor.size_requirements
+    lr_side = config.data.crop_size // config.model.scale
+    if lr_side % need.multiple_of == 0 and lr_side >= need.minimum:
+        return
+    step = need.multiple_of
+    nearest = max(need.minimum, step * max(1, round(lr_side / step))) * config.model.scale
+    rule = " and ".join(
+        ([f"multiples of {step}"] if step > 1 else []) + ([f"at least {need.minimum}"] if need.minimum else [])
+    )
+    raise SrganError(
+        f"data.crop_size: {config.model.arch} trains on LR sides {rule} (data.crop_size / model.scale = "
+        f"{config.data.crop_size} / {config.model.scale} = {lr_side}); the nearest crop that fits: {nearest}"
+    )
 
 
 def spandrel_generator(state: dict[str, torch.Tensor], origin: str, why: str) -> SpandrelGenerator:

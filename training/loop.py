@@ -40,10 +40,12 @@ from srgan.models import (
     SRGenerator,
     build_discriminator,
     build_generator,
+    resolve_architecture,
     resolve_runtime,
     save_checkpoint,
 )
 from srgan.models.runtime import is_out_of_memory, set_deterministic
+from srgan.models.spandrel_generator import SpandrelGenerator, check_crop
 from srgan.training.distributed import World, unwrap
 from srgan.training.ema import GeneratorEMA
 from srgan.training.init_from import InitWeights, read_init_files, start_from
@@ -118,8 +120,8 @@ def read_inputs(config: Config, resume: Path | None) -> tuple[Config, InitWeight
         resume_config(resume)
     if resume is None and (config.model.init_from or config.gan.init_from):
         init = read_init_files(config)
-        return init.config, init
-    return config, None
+        return resolve_architecture(init.config), init
+    return resolve_architecture(config), None
 
 
 class Trainer:
@@ -190,6 +192,8 @@ class Trainer:
         """The networks, criterion and optimizers (see build_parts), and the generator's EMA."""
         t = self.config.train
         self.parts = build_parts(self.config, self.runtime)
+        if isinstance(self.parts.generator, SpandrelGenerator):
+            check_crop(self.config, self.parts.generator)  # before the run folder: a window the crop breaks
         self.ema = GeneratorEMA(self.parts.generator, t.ema_decay) if t.ema_decay > 0 else None
         self.gan = self.config.loss.weights.adversarial > 0  # else SRResNet training: D is never updated
 
