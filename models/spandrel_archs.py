@@ -14,6 +14,7 @@ build.py imports it only for a config that names one of them."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import types
 import typing
@@ -270,28 +271,34 @@ def build_spandrel_generator(model: ModelConfig) -> SpandrelGenerator:
 
 
 def construct(arch: SpandrelArch, kwargs: dict[str, Any]) -> nn.Module:
-    """The class built with `kwargs`, its tensors counted as they are made:
-    options that would make more numbers than srgan's generator limit are
-    refused before they cost the memory. On the meta device (shapes only),
-    a constructor that computes with its tensors (DAT's drop-path rates
-    call .item()) is built on the CPU instead."""
+    """The class built with `kwargs`. Raises SrganError for options the
+    constructor refuses, and for a network of more numbers than srgan's
+    generator limit, counted on the meta device before any memory is spent.
+    A constructor that computes with its tensors (DAT's drop-path rates call
+    .item()) cannot build there: it builds on the CPU with its tensors
+    counted as they are made."""
     name = arch.network.__name__
     on_meta = torch.empty(0).is_meta
-    budget = BuildBudget(2 * MAX_GENERATOR_PARAMETERS)
-    with warnings.catch_warnings(), budget:  # the architectures' deprecation notices are not the user's business
+    with warnings.catch_warnings():  # the architectures' deprecation notices are not the user's business
         warnings.simplefilter("ignore")
         try:
             try:
-                return arch.network(**kwargs)
+                with torch.device("meta"):
+                    shapes: nn.Module | None = arch.network(**kwargs)
             except (NotImplementedError, RuntimeError):
-                if not on_meta:
-                    raise
-            with torch.device("cpu"):
+                shapes = None
+            if shapes is not None:
+                count = sum(t.numel() for t in [*shapes.parameters(), *shapes.buffers()])
+                if count > MAX_GENERATOR_PARAMETERS:
+                    raise OverBudget(f"{count:,} numbers")
+                if on_meta:
+                    return shapes
+            with torch.device("cpu") if on_meta else contextlib.nullcontext(), BuildBudget(MAX_GENERATOR_PARAMETERS):
                 return arch.network(**kwargs)
-        except OverBudget:
+        except OverBudget as error:
             raise SrganError(
-                f"model.options: {name} would make more than {budget.limit:,} numbers, above srgan's limit of "
-                f"{MAX_GENERATOR_PARAMETERS:,} weights"
+                f"model.options: {name} would hold more than srgan's limit of {MAX_GENERATOR_PARAMETERS:,} "
+                f"weights ({error})"
             ) from None
         except Exception as error:  # the constructor refuses a combination of options
             raise SrganError(f"model.options: {name} refuses them ({first_line(error)})") from None
@@ -302,7 +309,13 @@ def read_back_checked(network: nn.Module, arch: SpandrelArch, model: ModelConfig
     to be the same class, scale and output."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        read_back = spandrel.ModelLoader().load_from_state_dict(dict(network.state_dict()))
+        try:
+            read_back = spandrel.ModelLoader().load_from_state_dict(dict(network.state_dict()))
+        except Exception as error:  # spandrel's reading of such weights fails: no tool would load the file
+            raise SrganError(
+                f"model.options: spandrel cannot read a {type(network).__name__} of these options back "
+                f"({first_line(error)})"
+            ) from None
     if not isinstance(read_back, spandrel.ImageModelDescriptor):
         raise SrganError(f"model.arch: spandrel reads a {model.arch} network as a {read_back.architecture.name}")
     if type(read_back.model) is not arch.network or read_back.scale != model.scale:
@@ -347,6 +360,10 @@ def check_same_output(network: nn.Module, read_back: Any, model: ModelConfig) ->
         with torch.no_grad():
             ours = network(x.clone())  # a clone each: some (RCAN) write into their input
             theirs = read_back.model.eval()(x.clone())
+    except Exception as error:  # options the constructor took but the forward cannot run with (0 channels)
+        raise SrganError(
+            f"model.options: {type(network).__name__} cannot run with them ({first_line(error)})"
+        ) from None
     finally:
         network.train(was_training)
     if ours.shape != theirs.shape or not torch.allclose(ours, theirs, atol=1e-5, rtol=0):

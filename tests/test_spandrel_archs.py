@@ -142,6 +142,20 @@ def test_a_crop_below_the_networks_size_rule_is_refused_before_the_run_folder(ph
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("feature_channels=100000", r"model\.options: SPAN would hold more than srgan's limit of 610,000,000 weights"),
+        ("feature_channels=-3", r"model\.options: SPAN refuses them \(RuntimeError: .*negative dimension"),
+        ("feature_channels=0", r"model\.options: SPAN cannot run with them"),
+    ],
+)
+def test_options_the_network_cannot_be_built_or_run_with_are_refused_before_any_memory_is_spent(option, message):
+    """100000 channels: 9.6e12 numbers, counted on the meta device; allocating them would fail or swap."""
+    with pytest.raises(SrganError, match=message):
+        build_generator(tiny_model("span", f"model.options.{option}"))
+
+
 @pytest.mark.parametrize("arch, option", [("span", "img_range=1.0"), ("realplksr", "norm_groups=2")])
 def test_an_option_spandrel_cannot_read_back_is_refused(arch, option):
     """Neither changes a weight's shape: spandrel would load the file with its defaults and upscale differently."""
