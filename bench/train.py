@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from srgan.bench.machine import machine, peak_rss_mb, synchronize
 from srgan.configs import Config
 from srgan.configs.networks import perceptual_layers
+from srgan.configs.schema import OWN_ARCHS
 from srgan.files.errors import SrganError
-from srgan.models import resolve_runtime
+from srgan.models import resolve_architecture, resolve_runtime
 from srgan.models.runtime import set_deterministic
 from srgan.training.loop import build_parts
 from srgan.training.step import gan_step, generator_step
@@ -41,7 +42,7 @@ class StepBench:
     """One config's networks, optimizers and fixed batch, and its step times."""
 
     def __init__(self, config: Config):
-        self.config = config
+        self.config = config = resolve_architecture(config)  # the options the report names: defaults included
         t = config.train
         self.runtime = resolve_runtime(t.device, t.precision, t.channels_last, keys=("train.device", "train.precision"))
         torch.manual_seed(t.seed)
@@ -78,8 +79,12 @@ class StepBench:
             "crop": config.data.crop_size,
             "scale": config.model.scale,
             "arch": config.model.arch,
-            "blocks": config.model.blocks,
-            "channels": config.model.channels,
+            # srgan's own architectures' size; spandrel's is in their options
+            **(
+                {"blocks": config.model.blocks, "channels": config.model.channels}
+                if config.model.arch in OWN_ARCHS
+                else {"options": config.model.options}
+            ),
             "perceptual": f"{config.loss.perceptual.network}:{','.join(perceptual_layers(config.loss.perceptual))}",
             "discriminator": config.gan.discriminator,
             "d_loss": config.gan.d_loss,
