@@ -5,6 +5,7 @@ the networks taken in turn in one process so that a busy machine slows
 them alike. Random weights (the time does not depend on them).
 
     python -m srgan.bench.generators --precision fp32 --iters 10
+    python -m srgan.bench.generators --config span_x4 --config dat2_x4   # presets' generators instead
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from srgan.inference.upscale import inference_network
 from srgan.models import Runtime, build_generator
 
 # (label, --set values on top of srgan_x4): the presets' sizes.
-GENERATORS = [
+GENERATORS: list[tuple[str, list[str]]] = [
     ("srresnet 16x64", ["model.arch=srresnet", "model.blocks=16", "model.channels=64"]),
     ("rrdb 23x64", ["model.arch=rrdb", "model.blocks=23", "model.channels=64", "model.growth=32"]),
     ("compact 32x64", ["model.arch=compact", "model.blocks=32", "model.channels=64"]),
@@ -38,15 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print one JSON line")
+    parser.add_argument(
+        "--config", action="append", help="a preset or YAML file: time its generator instead of the three (repeatable)"
+    )
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
     runtime = Runtime(device, args.precision)
     torch.manual_seed(0)
     networks = {}
-    for label, settings in GENERATORS:
-        model = load_config("srgan_x4", settings).model
-        generator = build_generator(model)
+    chosen = [(name, name, []) for name in args.config] if args.config else [("srgan_x4", *g) for g in GENERATORS]
+    for source, label, settings in chosen:
+        generator = build_generator(load_config(source, settings).model)
         networks[label] = (sum(p.numel() for p in generator.parameters()), inference_network(generator, runtime))
     x = runtime.tensor(torch.rand(1, 3, args.size, args.size))
     times: dict[str, list[float]] = {label: [] for label in networks}
