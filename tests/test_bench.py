@@ -204,3 +204,15 @@ def test_bench_refuses_the_esrgan_yardstick_for_another_step(tmp_path):
         "bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--yardstick", str(script)
     )
     assert result.returncode == 2 and "an L1 perceptual loss on VGG19 conv5_4" in result.stderr
+
+
+def test_the_generators_bench_times_a_presets_generator_and_counts_its_parameters(tmp_path, capsys):
+    from srgan.bench.generators import main
+    from srgan.models import build_generator
+
+    config = tmp_path / "span.yaml"
+    config.write_text("model: {arch: span, options: {feature_channels: 8}}\n")
+    assert main(["--config", str(config), "--size", "16", "--iters", "1", "--warmup", "0", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    expected = sum(p.numel() for p in build_generator(load_config(str(config)).model).parameters())
+    assert row["generator"] == str(config) and row["parameters"] == expected and row["min_ms"] > 0
