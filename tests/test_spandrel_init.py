@@ -15,7 +15,7 @@ from conftest import assert_refused, set_args, tiny_overrides
 from srgan.configs import load_config
 from srgan.files.errors import SrganError
 from srgan.training.state import load_checkpoint
-from test_community_weights import save
+from test_community_weights import esrgan_sequential, save
 from test_spandrel_archs import CROP, SRGAN_ONLY
 
 spandrel = pytest.importorskip("spandrel")
@@ -157,3 +157,11 @@ def test_an_unrecognised_file_is_refused_for_training_as_before(srgan, photo_dir
     assert_refused(result, "fit no generator srgan knows")
     assert len(result.stderr.strip().splitlines()) == 1 and str(tmp_path / "x.pth") in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_an_architecture_spandrel_runs_but_srgan_does_not_train_is_refused(srgan, photo_dir, tmp_path):
+    path = save(esrgan_sequential(1, 8, scale=8), tmp_path / "x8.pth", "top")  # spandrel's ESRGAN, x8
+    result = srgan("train", *set_args(overrides("span", photo_dir, tmp_path / "run", f"model.init_from={path}")))
+    assert_refused(result, "an architecture srgan runs but does not train")
+    assert "spandrel reads it as ESRGAN (through spandrel), x8" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
