@@ -12,6 +12,7 @@ file: its checkpoint wins."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,8 @@ from torch import nn
 from srgan.configs import Config, config_from_dict, config_to_dict
 from srgan.configs.schema import ARCH_KEYS, ModelConfig
 from srgan.files.errors import SrganError
-from srgan.models.checkpoint import check_state_dict, read_discriminator_file, read_generator_file
+from srgan.models.build import build_generator
+from srgan.models.checkpoint import GeneratorFile, check_state_dict, read_discriminator_file, read_generator_file
 
 # How a mismatch reads: "X has 23 blocks, the config asks for 16 (model.blocks)".
 PHRASES = {
@@ -55,6 +57,7 @@ def read_init_files(config: Config) -> InitWeights:
         except SrganError as error:
             raise SrganError(f"model.init_from: {error}") from None
         implied = model_settings(found.model, found.keys)
+        implied = {k: v for k, v in implied.items() if not left_to_config(config, k, v, found)}
         settings |= agreed(config, "model.init_from", config.model.init_from, implied)
         notes.append(f"generator from {config.model.init_from}: {found.description}")
         generator = found.weights
@@ -85,6 +88,27 @@ def model_settings(model: ModelConfig, keys: tuple[str, ...]) -> dict[str, Any]:
         else:
             settings[f"model.{key}"] = getattr(model, key)
     return settings
+
+
+def left_to_config(config: Config, dotted: str, theirs: Any, found: GeneratorFile) -> bool:
+    """Whether the config's value of an option it gives, other than the
+    file's, builds a network that holds the file's tensors just as well: an
+    option the weights do not fix (a training-only drop_path_rate, an
+    img_size spandrel assumes), which the config then sets. Every other
+    key the file implies must agree with the config."""
+    if not dotted.startswith("model.options.") or dotted not in config.given_keys:
+        return False
+    ours = current(config, dotted)
+    if ours == theirs:
+        return False
+    model = dataclasses.replace(found.model, options={**found.model.options, dotted.split(".")[2]: ours})
+    try:
+        with torch.device("meta"):  # shapes only
+            network = build_generator(model)
+        check_state_dict(found.weights, network, dotted)
+    except SrganError:
+        return False
+    return True
 
 
 def agreed(config: Config, key: str, path: str, implied: dict[str, Any]) -> dict[str, Any]:
