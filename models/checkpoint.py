@@ -107,11 +107,50 @@ def read_generator_file(path: str | Path) -> GeneratorFile:
     """The generator of an srgan checkpoint (file or run folder; its EMA
     weights when the run kept them), an srgan .safetensors (its `srgan_model`
     metadata), or a community state dict of an architecture srgan trains
-    (models/community.py), in a .pth/.pt or a .safetensors file. Raises
-    NotAnSrganGenerator when no srgan architecture fits the weights, and
+    (models/community.py, or spandrel's: spandrel_file), in a .pth/.pt or a
+    .safetensors file. Raises NotAnSrganGenerator when no architecture srgan
+    trains fits the weights, and
     SrganError naming the file and key for any other problem."""
     path = resolve_checkpoint_path(path)
-    return generator_file(*read_weight_file(path), path)
+    state, metadata = read_weight_file(path)
+    try:
+        return generator_file(state, metadata, path)
+    except NotAnSrganGenerator as why:
+        weights = unwrap_state_dict(state)
+        if weights is None or "srgan_model" in metadata or is_srgan_checkpoint(state):
+            raise
+        return spandrel_file(weights, path, why)
+
+
+def spandrel_file(weights: dict[str, torch.Tensor], path: Path, why: NotAnSrganGenerator) -> GeneratorFile:
+    """A community file of one of spandrel's architectures srgan trains
+    (models/spandrel_archs.py): spandrel recognises it (within the build
+    budget of models/spandrel_generator.py), the options its class records
+    are the file's model section, and the weights take SpandrelGenerator's
+    names. Raises `why` when spandrel is not installed, SrganError when
+    spandrel does not recognise the file, and NotAnSrganGenerator for an
+    architecture srgan runs but does not train."""
+    try:
+        import spandrel  # noqa: F401
+    except ImportError:
+        raise why from None
+    from srgan.models.spandrel_archs import file_settings  # spandrel's architectures: seconds, only here
+
+    check_finite(weights, str(path))
+    foreign = spandrel_generator(weights, str(path), str(why))
+    settings = file_settings(foreign.network, foreign.scale)
+    if settings is None:
+        raise NotAnSrganGenerator(
+            f"{why}; spandrel reads it as {foreign.describe()}, an architecture srgan runs but does not train "
+            "(srgan config archs lists those it trains)"
+        )
+    layout = f"{foreign.descriptor.architecture.name} (spandrel)"
+    model = config_from_dict({"model": settings}, f"{path}: a {layout}").model
+    with torch.device("meta"):  # shapes only: srgan's build of the file's settings must hold its tensors
+        network = build_generator(model)
+    renamed = {f"network.{name}": tensor for name, tensor in foreign.network.state_dict().items()}
+    check_state_dict(renamed, network, f"{path}: {layout}")
+    return GeneratorFile(model, tuple(settings), renamed, describe(layout, settings))
 
 
 def read_weight_file(path: Path) -> tuple[Any, dict[str, str]]:

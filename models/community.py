@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from srgan.configs.checks import LIMITS
+from srgan.configs.schema import OWN_ARCHS
 from srgan.files.errors import SrganError
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
 
@@ -244,6 +245,8 @@ def count_indices(state: dict[str, torch.Tensor], pattern: str, start: int = 0) 
 
 def describe(layout: str, model: dict[str, Any]) -> str:
     """'RRDBNet (BasicSR/Real-ESRGAN layout), x4, 23 blocks, 64 channels'."""
+    if model.get("arch") not in OWN_ARCHS:  # spandrel's architectures: their options are too many for a line
+        return f"{layout}, x{model['scale']}"
     units = "convs" if model.get("arch") == "compact" else "blocks"
     text = f"{layout}, x{model['scale']}, {model['blocks']} {units}, {model['channels']} channels"
     if model.get("arch") == "rrdb":

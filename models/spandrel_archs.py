@@ -372,3 +372,25 @@ def check_same_output(network: nn.Module, read_back: Any, model: ModelConfig) ->
             "its defaults and another output): a file of this network would upscale differently in other tools; "
             "leave those options at their defaults"
         )
+
+
+def file_settings(network: nn.Module, scale: int) -> dict[str, Any] | None:
+    """The model section (arch, scale, options) of a network spandrel read
+    from a community file at `scale`, its options the constructor arguments
+    spandrel's class records (its `hyperparameters`), less those srgan sets
+    and those a YAML value cannot hold. Returns None for a class srgan does
+    not train."""
+    names = [name for name, arch in SPANDREL_ARCHS.items() if type(network) is arch.network]
+    if not names:
+        return None
+    name, arch = names[0], SPANDREL_ARCHS[names[0]]
+    recorded = getattr(network, "hyperparameters", {})
+    options = {key: as_yaml(recorded[key]) for key in settable_options(arch) if key in recorded}
+    return {"arch": name, "scale": scale, "options": options}
+
+
+def as_yaml(value: Any) -> Any:
+    """A recorded argument as the config writes it: tuples as lists."""
+    if isinstance(value, (list, tuple)):
+        return [as_yaml(v) for v in value]
+    return value

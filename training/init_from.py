@@ -3,14 +3,16 @@ published model to fine-tune, or an earlier run), and the network shape
 they bring.
 
 srgan reads them once, before it builds anything: the settings a file
-implies (arch, scale, blocks, channels, growth; discriminator kind and
-width) fill the keys the config left open (Config.given_keys), and it
-refuses every key the config gives that disagrees, naming each one. The
-resolved config, the one the run folder gets, holds the values used. A
-resumed run reads neither file: its checkpoint wins."""
+implies (arch, scale, blocks, channels, growth, or each of model.options
+for spandrel's architectures; discriminator kind and width) fill the keys
+the config left open (Config.given_keys), and it refuses every key the
+config gives that disagrees, naming each one. The resolved config, the one
+the run folder gets, holds the values used. A resumed run reads neither
+file: its checkpoint wins."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,9 +20,10 @@ import torch
 from torch import nn
 
 from srgan.configs import Config, config_from_dict, config_to_dict
-from srgan.configs.schema import ARCH_KEYS
+from srgan.configs.schema import ARCH_KEYS, ModelConfig
 from srgan.files.errors import SrganError
-from srgan.models.checkpoint import check_state_dict, read_discriminator_file, read_generator_file
+from srgan.models.build import build_generator
+from srgan.models.checkpoint import GeneratorFile, check_state_dict, read_discriminator_file, read_generator_file
 
 # How a mismatch reads: "X has 23 blocks, the config asks for 16 (model.blocks)".
 PHRASES = {
@@ -53,7 +56,8 @@ def read_init_files(config: Config) -> InitWeights:
             found = read_generator_file(config.model.init_from)
         except SrganError as error:
             raise SrganError(f"model.init_from: {error}") from None
-        implied = {f"model.{key}": getattr(found.model, key) for key in found.keys}
+        implied = model_settings(found.model, found.keys)
+        implied = {k: v for k, v in implied.items() if not left_to_config(config, k, v, found)}
         settings |= agreed(config, "model.init_from", config.model.init_from, implied)
         notes.append(f"generator from {config.model.init_from}: {found.description}")
         generator = found.weights
@@ -73,6 +77,40 @@ def read_init_files(config: Config) -> InitWeights:
     return InitWeights(with_settings(config, taken), generator, discriminator, notes)
 
 
+def model_settings(model: ModelConfig, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The dotted model.* settings of `keys`; model.options one key an
+    option (model.options.feature_channels), so that each option the config
+    gives is checked and each it leaves out is taken on its own."""
+    settings: dict[str, Any] = {}
+    for key in keys:
+        if key == "options":
+            settings |= {f"model.options.{name}": value for name, value in model.options.items()}
+        else:
+            settings[f"model.{key}"] = getattr(model, key)
+    return settings
+
+
+def left_to_config(config: Config, dotted: str, theirs: Any, found: GeneratorFile) -> bool:
+    """Whether the config's value of an option it gives, other than the
+    file's, builds a network that holds the file's tensors just as well: an
+    option the weights do not fix (a training-only drop_path_rate, an
+    img_size spandrel assumes), which the config then sets. Every other
+    key the file implies must agree with the config."""
+    if not dotted.startswith("model.options.") or dotted not in config.given_keys:
+        return False
+    ours = current(config, dotted)
+    if ours == theirs:
+        return False
+    model = dataclasses.replace(found.model, options={**found.model.options, dotted.split(".")[2]: ours})
+    try:
+        with torch.device("meta"):  # shapes only
+            network = build_generator(model)
+        check_state_dict(found.weights, network, dotted)
+    except SrganError:
+        return False
+    return True
+
+
 def agreed(config: Config, key: str, path: str, implied: dict[str, Any]) -> dict[str, Any]:
     """`implied`, once every key the config gives agrees with it; raises
     SrganError listing every key that does not."""
@@ -88,8 +126,9 @@ def agreed(config: Config, key: str, path: str, implied: dict[str, Any]) -> dict
 
 
 def current(config: Config, dotted: str) -> Any:
-    section, name = dotted.split(".")
-    return getattr(getattr(config, section), name)
+    section, name, *option = dotted.split(".")
+    value = getattr(getattr(config, section), name)
+    return value.get(option[0]) if option else value
 
 
 def with_settings(config: Config, settings: dict[str, Any]) -> Config:
@@ -99,8 +138,11 @@ def with_settings(config: Config, settings: dict[str, Any]) -> Config:
         return config
     raw = config_to_dict(config)
     for dotted, value in settings.items():
-        section, name = dotted.split(".")
-        raw[section][name] = value
+        section, name, *option = dotted.split(".")
+        if option:  # model.options.<name>
+            raw[section].setdefault(name, {})[option[0]] = value
+        else:
+            raw[section][name] = value
     arch = raw["model"]["arch"]
     for name, archs in ARCH_KEYS.items():  # an arch from the file drops other archs' keys left at their defaults
         if arch not in archs and f"model.{name}" not in config.given_keys:
