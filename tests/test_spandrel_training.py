@@ -12,10 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import set_args
 from srgan.configs import load_config
 from srgan.models import resolve_architecture, resolve_runtime
 from srgan.training import train
 from srgan.training.loop import build_parts
+from srgan.training.state import load_checkpoint
 from srgan.training.step import gan_step
 from test_reproducibility import assert_same_checkpoints
 from test_spandrel_archs import CROP, TINY, spandrel_overrides
@@ -125,3 +127,20 @@ def test_bf16_channels_last_trains_and_two_runs_give_the_same_bits(bf16_runs, ar
     assert [r["step"] for r in rows] == [1, 2] and all(
         math.isfinite(r["g_loss"]) and math.isfinite(r["d_loss"]) for r in rows
     )
+
+
+@pytest.mark.parametrize("arch", ["span", "swinir"])
+def test_two_ranks_hold_the_same_weights_and_one_process_resumes(arch, photo_dir, tmp_path):
+    """DDP (gloo, 2 CPU ranks): a parameter without a gradient would stop
+    DDP's reducer; the ranks compare their weights at every checkpoint."""
+    from test_distributed import rows, torchrun
+
+    run = tmp_path / "run"
+    extra = ("train.max_steps=2", "train.pretrain_steps=1", "data.batch_size=1", "data.repeat=2")
+    done = torchrun("train", *set_args(spandrel_overrides(arch, photo_dir, run, *extra)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the 2 ranks hold the same weights" in done.stderr
+    assert [r["world_size"] for r in rows(run)] == [2, 2]
+    resumed = train(load_config(str(run / "config.yaml"), ["train.max_steps=3"]), resume=run)
+    assert [r["step"] for r in rows(resumed)] == [1, 2, 3] and rows(resumed)[-1]["world_size"] == 1
+    assert load_checkpoint(run)["config"]["model"]["arch"] == arch
