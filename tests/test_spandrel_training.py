@@ -21,7 +21,7 @@ from srgan.training.loop import build_parts
 from srgan.training.state import load_checkpoint
 from srgan.training.step import gan_step
 from test_reproducibility import assert_same_checkpoints
-from test_spandrel_archs import CROP, TINY, spandrel_overrides
+from test_spandrel_archs import CLASSES, CROP, TINY, spandrel_overrides
 
 ARCHS = list(TINY)
 STEP = ["model.d_channels=8", "loss.perceptual.weights=none", "loss.perceptual.layer=relu1_2", "train.device=cpu"]
@@ -178,3 +178,26 @@ def test_a_sweep_over_model_arch_trains_each(photo_dir, srgan, tmp_path):
     for row in rows:
         state = load_checkpoint(Path(row["run"]))
         assert state["step"] == 1 and state["config"]["model"]["arch"] == row["changes"]["model.arch"]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available())")
+@pytest.mark.parametrize("arch", ["span", "swinir"])
+def test_compiled_networks_train_on_cuda(arch, photo_dir, tmp_path):
+    """train.compile on a convolutional network and a window transformer, as
+    test_cuda.py's: on CPU, inductor's compilation of a single step of tiny SPAN
+    takes longer than the rest of this file."""
+    import spandrel
+
+    on_cuda = ("train.device=cuda", "train.precision=bf16", "train.compile=true")
+    overrides = [
+        o
+        for o in spandrel_overrides(arch, photo_dir, tmp_path / "run")
+        if not o.startswith(("train.device", "train.precision"))
+    ]
+    run = train(load_config("demo", [*overrides, *on_cuda]))
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["g_loss"]) for r in rows)
+    state = load_checkpoint(run)  # the plain modules' keys: spandrel reads the generator back
+    network = {key.removeprefix("network."): tensor for key, tensor in state["generator"].items()}
+    assert type(spandrel.ModelLoader().load_from_state_dict(network).model).__name__ == CLASSES[arch].__name__
