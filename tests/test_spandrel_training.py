@@ -15,13 +15,13 @@ import torch.nn.functional as F
 
 from conftest import set_args
 from srgan.configs import load_config
-from srgan.models import resolve_architecture, resolve_runtime
+from srgan.models import build_generator, resolve_architecture, resolve_runtime
 from srgan.training import train
 from srgan.training.loop import build_parts
 from srgan.training.state import load_checkpoint
 from srgan.training.step import gan_step
 from test_reproducibility import assert_same_checkpoints
-from test_spandrel_archs import CLASSES, CROP, TINY, spandrel_overrides
+from test_spandrel_archs import CLASSES, CROP, TINY, spandrel_overrides, tiny_model
 
 ARCHS = list(TINY)
 STEP = ["model.d_channels=8", "loss.perceptual.weights=none", "loss.perceptual.layer=relu1_2", "train.device=cpu"]
@@ -201,3 +201,20 @@ def test_compiled_networks_train_on_cuda(arch, photo_dir, tmp_path):
     state = load_checkpoint(run)  # the plain modules' keys: spandrel reads the generator back
     network = {key.removeprefix("network."): tensor for key, tensor in state["generator"].items()}
     assert type(spandrel.ModelLoader().load_from_state_dict(network).model).__name__ == CLASSES[arch].__name__
+
+
+@pytest.mark.parametrize("arch, runs_in_fp16", [("span", True), ("dat", False)])
+def test_a_network_spandrel_marks_unfit_for_a_precision_trains_in_fp32(arch, runs_in_fp16):
+    """All four run in bf16; spandrel marks DAT (and SwinIR) unfit for fp16,
+    so under fp16 autocast the training forward of DAT runs in fp32: the same
+    numbers as without autocast, and gradients for every weight."""
+    generator = build_generator(tiny_model(arch)).train()
+    x = torch.rand(2, 3, 16, 16)
+    plain = generator(x)
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = generator(x)
+    assert out.dtype == (torch.float16 if runs_in_fp16 else torch.float32)
+    if not runs_in_fp16:
+        assert torch.equal(out, plain)
+    out.float().mean().backward()
+    assert all(p.grad is not None for p in generator.parameters() if p.requires_grad)
