@@ -57,12 +57,13 @@ def pixels(path):
     return np.asarray(Image.open(path)).astype(int)
 
 
-def test_tiled_and_whole_upscales_agree_on_an_odd_size(trained, odd_photo, srgan, tmp_path):
+def test_tiled_and_whole_upscales_agree_on_an_odd_size(trained, odd_photo, srgan, tmp_path, request):
     """Window transformers (SwinIR, DAT) tile on their windows' grid: a tile
     whose context starts off it groups pixels into other windows."""
     arch, run = trained
     if arch == "safmn":
-        pytest.xfail("--tile-pad auto's probe underestimates SAFMN's max-pool reach (report of issue 36)")
+        reason = "--tile-pad auto's probe underestimates SAFMN's max-pool reach (report of issue 36)"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     for tile in ("0", "16"):
         result = srgan("upscale", odd_photo, "-k", run, "-o", tmp_path / f"{tile}.png", "--tile", tile, *CPU)
         assert result.returncode == 0, result.stderr
@@ -130,10 +131,9 @@ def test_onnx_runs_any_size_as_srgan_does(trained, tmp_path):
         assert np.abs(got - expected.numpy()).max() <= 1e-4, arch
 
 
+@pytest.mark.parametrize("trained", ["span"], indirect=True)
 def test_span_infers_with_the_eval_convolution_of_its_trained_branches(trained):
-    arch, run = trained
-    if arch != "span":
-        pytest.skip("SPAN's Conv3XC only")
+    _, run = trained
     from spandrel.architectures.SPAN.__arch.span import Conv3XC
 
     generator = load_generator(run).eval()
@@ -150,11 +150,10 @@ def test_span_infers_with_the_eval_convolution_of_its_trained_branches(trained):
         assert torch.allclose(fused(x), generator(x), atol=1e-6)
 
 
+@pytest.mark.parametrize("trained", ["span"], indirect=True)
 def test_span_leaves_with_the_eval_convolution_of_its_trained_branches(trained, tmp_path):
     """A tool that runs eval_conv as the file holds it (no merge in forward) runs the trained network."""
-    arch, run = trained
-    if arch != "span":
-        pytest.skip("SPAN's Conv3XC only")
+    _, run = trained
     from spandrel.architectures.SPAN.__arch.span import Conv3XC
 
     export_generator(load_generator(run), tmp_path / "g.safetensors")
