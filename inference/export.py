@@ -36,7 +36,7 @@ from torch import nn
 from srgan.configs import config_from_dict, config_to_dict
 from srgan.files import check_output, write_file
 from srgan.files.errors import SrganError, first_line
-from srgan.inference.fused import fuse_for_inference
+from srgan.inference.fused import fuse_for_inference, merge_span_blocks
 from srgan.models import Generator, SRGenerator
 from srgan.models.checkpoint import check_finite, load_generator
 from srgan.models.rrdb import RRDBNet
@@ -200,9 +200,41 @@ class OnnxNetwork(nn.Module):
         super().__init__()
         self.dtype = torch.float16 if fp16 else torch.float32
         self.network = network.to(self.dtype)
+        # spandrel's descriptor pads with Python ints, which the tracer fixes
+        # at the traced size: the graph pads itself, from the input's shape.
+        self.rule = None
+        if isinstance(network, SpandrelGenerator):
+            need = network.descriptor.size_requirements
+            if need.multiple_of > 1 or need.minimum > 0 or need.square:
+                self.rule, self.network = need, network.network.to(self.dtype)
+                self.scale = network.scale
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.network(x.to(self.dtype)).float().clamp(0, 1)
+        if self.rule is None:
+            return self.network(x.to(self.dtype)).float().clamp(0, 1)
+        height, width = x.shape[-2:]
+        out = self.network(pad_to_rule(x, self.rule).to(self.dtype))
+        return out[..., : height * self.scale, : width * self.scale].float().clamp(0, 1)
+
+
+def pad_to_rule(x: torch.Tensor, need: Any) -> torch.Tensor:
+    """`x` padded on the bottom and right to the smallest size that meets
+    spandrel's SizeRequirements `need`, as spandrel's descriptor pads (reflect,
+    then replicate beyond what reflection reaches), in torch's symbolic
+    integers so that an exported graph pads any size."""
+    height, width = x.shape[-2:]
+
+    def target(side: Any) -> Any:
+        side = torch.sym_max(need.minimum, side)
+        return (side + need.multiple_of - 1) // need.multiple_of * need.multiple_of
+
+    new_height, new_width = target(height), target(width)
+    if need.square:
+        new_height = new_width = torch.sym_max(new_height, new_width)
+    pad_h, pad_w = new_height - height, new_width - width
+    reflect_h, reflect_w = torch.sym_min(pad_h, height - 1), torch.sym_min(pad_w, width - 1)
+    x = nn.functional.pad(x, (0, reflect_w, 0, reflect_h), "reflect")
+    return nn.functional.pad(x, (0, pad_w - reflect_w, 0, pad_h - reflect_h), "replicate")
 
 
 def require_export_extra(what: str, modules: tuple[str, ...] = ("onnx", "onnxscript", "onnxruntime")) -> None:
@@ -352,8 +384,10 @@ def weights_metadata(generator: SRGenerator) -> dict[str, str]:
 def export_state_dict(generator: SRGenerator, fp16: bool) -> dict[str, torch.Tensor]:
     """The weights as separate contiguous tensors, under the names the
     network's own implementation gives them (a spandrel network's, without
-    srgan's wrapper); floating ones halved for --fp16."""
+    srgan's wrapper, SPAN's eval convolutions merged from its trained
+    branches); floating ones halved for --fp16."""
     network = generator.network if isinstance(generator, SpandrelGenerator) else generator
+    merge_span_blocks(network)  # what its eval forward computes first, so the file holds the trained eval form
     state = {}
     for name, tensor in network.state_dict().items():
         tensor = tensor.detach().cpu()

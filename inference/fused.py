@@ -57,13 +57,35 @@ class FoldedConv3XC(nn.Module):
         return F.leaky_relu(out, negative_slope=0.05) if self.has_relu else out
 
 
-def _fold_span_blocks(network: nn.Module) -> None:
+def _conv3xc() -> type | None:
     try:
         from spandrel.architectures.SPAN.__arch.span import Conv3XC
-    except ImportError:  # a spandrel without SPAN, or another layout of its modules: nothing to fold
+    except ImportError:  # a spandrel without SPAN, or another layout of its modules
+        return None
+    return Conv3XC
+
+
+def merge_span_blocks(network: nn.Module) -> None:
+    """Recompute, in place, the eval convolution of each SPAN Conv3XC in
+    `network` from its branches. Training runs the branches only, so a
+    trained network's eval_conv holds the merge of some earlier weights
+    until an eval forward redoes it; a file written then would carry it to
+    tools that run eval_conv as stored."""
+    conv3xc = _conv3xc()
+    if conv3xc is None:
+        return
+    with torch.no_grad():
+        for module in network.modules():
+            if isinstance(module, conv3xc):
+                module.update_params()  # type: ignore[operator]  # nn.Module reads it as a tensor attribute
+
+
+def _fold_span_blocks(network: nn.Module) -> None:
+    conv3xc = _conv3xc()
+    if conv3xc is None:  # nothing to fold
         return
     for name, child in network.named_children():
-        if isinstance(child, Conv3XC):
+        if isinstance(child, conv3xc):
             setattr(network, name, FoldedConv3XC(child))
         else:
             _fold_span_blocks(child)

@@ -12,6 +12,7 @@ whose descriptor says it cannot run in bf16 or fp16 runs in fp32 instead."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,7 @@ class SpandrelGenerator(nn.Module):
         self.blocks = 0  # not a notion every architecture has
         # The widest layer, for the tiles' activation estimate (inference/tiles.py).
         self.channels = max((p.shape[0] for p in self.network.parameters() if p.ndim >= 2), default=64)
-        self.tile_align = descriptor.size_requirements.multiple_of
+        self.tile_align = math.lcm(descriptor.size_requirements.multiple_of, window_grid(self.network))
         self.receptive_radius: int | None = None
         self.low_precision = {torch.bfloat16: descriptor.supports_bfloat16, torch.float16: descriptor.supports_half}
 
@@ -67,6 +68,23 @@ class SpandrelGenerator(nn.Module):
         if not d.supports_bfloat16:
             text += ", runs in fp32 (no bf16)"
         return text
+
+
+def window_grid(network: nn.Module) -> int:
+    """The grid a window transformer's attention windows lie on (the lcm of
+    its layers' window_size and split_size, 1 for none). The windows start
+    at the input's top-left corner: a tile whose context starts off that
+    grid groups its pixels into other windows than the whole image does,
+    and differs from it everywhere, not only at its edges."""
+    grid = 1
+    for module in network.modules():
+        for name in ("window_size", "split_size"):
+            value = getattr(module, name, None)
+            sides = [value] if isinstance(value, int) else list(value) if isinstance(value, (list, tuple)) else []
+            for side in sides:
+                if isinstance(side, int) and side > 0:
+                    grid = math.lcm(grid, side)
+    return grid
 
 
 def check_crop(config: Config, generator: SpandrelGenerator) -> None:
