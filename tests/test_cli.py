@@ -158,16 +158,23 @@ def test_config_show_prints_the_resolved_yaml():
     listed = run_cli("config", "list").stdout.split()
     assert listed == [
         "compact_x4",
+        "dat2_x4",
         "demo",
         "esrgan_x4",
         "finetune_esrgan_x4",
         "finetune_realesrgan_x4",
+        "hat_x4",
         "leftthomas_x4",
+        "omnisr_x4",
         "realesrgan_demo",
         "realesrgan_x4",
         "realesrnet_x4",
+        "realplksr_x4",
+        "realspan_x4",
+        "span_x4",
         "srgan_x4",
         "srresnet_x4",
+        "swinir_x4",
     ]
 
 
