@@ -62,6 +62,9 @@ class SpandrelArch:
     # Submodules whose weights the class computes from others for inference
     # (SPAN's eval_conv, the fused form of its training branches): not trained.
     derived: tuple[str, ...] = ()
+    # The smallest micro-batch its training forward runs: DAT's channel
+    # attention has a BatchNorm over 1x1 pooled features, which one sample cannot normalise.
+    min_batch: int = 1
 
 
 # The transformers whose `upsampler` defaults to "" (no upsampling: their
@@ -69,7 +72,7 @@ class SpandrelArch:
 SPANDREL_ARCHS: dict[str, SpandrelArch] = {
     "atd": SpandrelArch(ATD, "upscale", {"in_chans": 3}, {"upsampler": "pixelshuffle"}),
     "craft": SpandrelArch(CRAFT, "upscale", {"in_chans": 3}, scales=(2, 3, 4)),
-    "dat": SpandrelArch(DAT, "upscale", {"in_chans": 3}),
+    "dat": SpandrelArch(DAT, "upscale", {"in_chans": 3}, min_batch=2),
     "dctlsa": SpandrelArch(DCTLSA, "upscale", {"in_nc": 3, "out_nc": 3}),
     "ditn": SpandrelArch(DITN, "upscale", {"inp_channels": 3}),
     "drct": SpandrelArch(DRCT, "upscale", {"in_chans": 3}, {"upsampler": "pixelshuffle"}),
@@ -252,7 +255,7 @@ def build_spandrel_generator(model: ModelConfig) -> SpandrelGenerator:
     if torch.empty(0).is_meta:  # a shapes-only build (a checkpoint's checks): nothing to read back
         return SpandrelGenerator(shapes_only_descriptor(network, model))
     read_back = read_back_checked(network, arch, model)
-    return SpandrelGenerator(
+    generator = SpandrelGenerator(
         spandrel.ImageModelDescriptor(
             network,
             network.state_dict(),
@@ -268,6 +271,8 @@ def build_spandrel_generator(model: ModelConfig) -> SpandrelGenerator:
             tiling=read_back.tiling,
         )
     )
+    generator.min_batch = arch.min_batch
+    return generator
 
 
 def construct(arch: SpandrelArch, kwargs: dict[str, Any]) -> nn.Module:

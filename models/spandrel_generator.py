@@ -43,6 +43,7 @@ class SpandrelGenerator(nn.Module):
         self.channels = max((p.shape[0] for p in self.network.parameters() if p.ndim >= 2), default=64)
         self.tile_align = math.lcm(descriptor.size_requirements.multiple_of, window_grid(self.network))
         self.receptive_radius: int | None = None
+        self.min_batch = 1  # the smallest micro-batch its training forward runs (models/spandrel_archs.py sets it)
         self.low_precision = {torch.bfloat16: descriptor.supports_bfloat16, torch.float16: descriptor.supports_half}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -55,7 +56,7 @@ class SpandrelGenerator(nn.Module):
     def run(self, x: torch.Tensor) -> torch.Tensor:
         # Training calls the network itself: the descriptor runs it in eval
         # mode under inference_mode (no gradient) and clamps in place. The
-        # training crops already meet its size rule (spandrel_archs.check_crop).
+        # training crops already meet its size rule (check_crop, below).
         if self.training:
             return self.network(x)
         return self.descriptor(x)
@@ -88,8 +89,17 @@ def window_grid(network: nn.Module) -> int:
 
 
 def check_crop(config: Config, generator: SpandrelGenerator) -> None:
-    """Refuses a training crop whose LR side breaks the network's size rule
-    (a window transformer's multiple), naming the nearest crop that keeps it."""
+    """Raises SrganError for a training crop whose LR side breaks the
+    network's size rule (a window transformer's multiple), naming the
+    nearest crop that keeps it, and for a micro-batch smaller than the
+    network trains on."""
+    micro_batch = config.data.batch_size // config.train.accumulate
+    if micro_batch < generator.min_batch:
+        raise SrganError(
+            f"data.batch_size: {config.model.arch} trains on micro-batches of at least {generator.min_batch} "
+            f"(data.batch_size / train.accumulate = {config.data.batch_size} / {config.train.accumulate} = "
+            f"{micro_batch}): its BatchNorm normalises pooled features over the batch"
+        )
     need = generator.descriptor.size_requirements
     lr_side = config.data.crop_size // config.model.scale
     if lr_side % need.multiple_of == 0 and lr_side >= need.minimum:

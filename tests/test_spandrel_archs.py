@@ -229,3 +229,11 @@ def test_upscale_evaluate_and_export_read_back_by_spandrel(spandrel_run, srgan, 
     x = torch.rand(1, 3, 12, 9)
     with torch.no_grad():
         assert type(read.model) is CLASSES[arch] and torch.equal(read(x), generator.eval()(x))
+
+
+def test_a_micro_batch_of_one_is_refused_for_dat_whose_batchnorm_needs_two(photo_dir, tmp_path):
+    """DAT's channel attention normalises 1x1 pooled features over the batch: one sample would raise in torch."""
+    overrides = spandrel_overrides("dat", photo_dir, tmp_path / "run", "data.batch_size=2", "train.accumulate=2")
+    with pytest.raises(SrganError, match=r"data\.batch_size: dat trains on micro-batches of at least 2 .* = 1\)"):
+        train(load_config("demo", overrides))
+    assert not (tmp_path / "run").exists()

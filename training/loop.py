@@ -192,8 +192,6 @@ class Trainer:
         """The networks, criterion and optimizers (see build_parts), and the generator's EMA."""
         t = self.config.train
         self.parts = build_parts(self.config, self.runtime)
-        if isinstance(self.parts.generator, SpandrelGenerator):
-            check_crop(self.config, self.parts.generator)  # before the run folder: a window the crop breaks
         self.ema = GeneratorEMA(self.parts.generator, t.ema_decay) if t.ema_decay > 0 else None
         self.gan = self.config.loss.weights.adversarial > 0  # else SRResNet training: D is never updated
 
@@ -711,6 +709,8 @@ def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
     """The networks, the criterion and the optimizers a step needs, on the device."""
     t = config.train
     generator = runtime.place(build_generator(config.model))
+    if isinstance(generator, SpandrelGenerator):
+        check_crop(config, generator)  # the crop and batch its training forward takes
     discriminator = runtime.place(build_discriminator(config))
     criterion = runtime.place(GeneratorCriterion(config.loss, config.gan.d_loss))
     if t.compile:
