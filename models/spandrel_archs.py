@@ -65,6 +65,9 @@ class SpandrelArch:
     # The smallest micro-batch its training forward runs: DAT's channel
     # attention has a BatchNorm over 1x1 pooled features, which one sample cannot normalise.
     min_batch: int = 1
+    # Trained in NCHW on the CPU: PLKSR's large-kernel convolution's backward
+    # runs many times slower in channels_last there (docs/performance.md).
+    nchw_on_cpu: bool = False
 
 
 # The transformers whose `upsampler` defaults to "" (no upsampling: their
@@ -82,9 +85,9 @@ SPANDREL_ARCHS: dict[str, SpandrelArch] = {
     "moesr": SpandrelArch(MoESR, "scale", {"in_ch": 3, "out_ch": 3}),
     "mosr": SpandrelArch(MoSR, "upscale", {"in_ch": 3, "out_ch": 3}),
     "omnisr": SpandrelArch(OmniSR, "up_scale", {"num_in_ch": 3, "num_out_ch": 3}),
-    "plksr": SpandrelArch(PLKSR, "upscaling_factor"),
+    "plksr": SpandrelArch(PLKSR, "upscaling_factor", nchw_on_cpu=True),
     "rcan": SpandrelArch(RCAN, "scale", {"n_colors": 3}),
-    "realplksr": SpandrelArch(RealPLKSR, "upscaling_factor"),
+    "realplksr": SpandrelArch(RealPLKSR, "upscaling_factor", nchw_on_cpu=True),
     "rgt": SpandrelArch(RGT, "upscale", {"in_chans": 3}),
     # SAFMN's constructor has no default width: 36 is the paper's SAFMN (not -L)
     "safmn": SpandrelArch(SAFMN, "upscaling_factor", defaults={"dim": 36}),
@@ -271,7 +274,7 @@ def build_spandrel_generator(model: ModelConfig) -> SpandrelGenerator:
             tiling=read_back.tiling,
         )
     )
-    generator.min_batch = arch.min_batch
+    generator.min_batch, generator.nchw_on_cpu = arch.min_batch, arch.nchw_on_cpu
     return generator
 
 

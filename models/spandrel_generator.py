@@ -44,6 +44,7 @@ class SpandrelGenerator(nn.Module):
         self.tile_align = math.lcm(descriptor.size_requirements.multiple_of, window_grid(self.network))
         self.receptive_radius: int | None = None
         self.min_batch = 1  # the smallest micro-batch its training forward runs (models/spandrel_archs.py sets it)
+        self.nchw_on_cpu = False  # whether it runs faster in NCHW than channels_last on the CPU (the same)
         self.low_precision = {torch.bfloat16: descriptor.supports_bfloat16, torch.float16: descriptor.supports_half}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -57,6 +58,8 @@ class SpandrelGenerator(nn.Module):
         # Training calls the network itself: the descriptor runs it in eval
         # mode under inference_mode (no gradient) and clamps in place. The
         # training crops already meet its size rule (check_crop, below).
+        if self.nchw_on_cpu and x.device.type == "cpu":
+            x = x.contiguous()  # the weights are NCHW too (Runtime.place): torch picks channels_last if either is
         if self.training:
             return self.network(x)
         return self.descriptor(x)
