@@ -114,9 +114,10 @@ def config_show(
 
 def config_archs() -> None:
     """The architectures model.arch takes: srgan's own three, then spandrel's SR networks (their class and options)."""
+    from srgan.configs.schema import OWN_ARCHS
     from srgan.models.spandrel_archs import SPANDREL_ARCHS, settable_options  # spandrel and torch: seconds
 
-    for name in ("srresnet", "rrdb", "compact"):
+    for name in OWN_ARCHS:
         typer.echo(f"{name:<10} srgan's own (docs/models.md)")
     for name, arch in SPANDREL_ARCHS.items():
         typer.echo(f"{name:<10} spandrel's {arch.network.__name__}: model.options {', '.join(settable_options(arch))}")

@@ -47,7 +47,7 @@ from spandrel.architectures.SwinIR import SwinIR
 from torch import nn
 
 from srgan.configs.checks import MAX_GENERATOR_PARAMETERS
-from srgan.configs.schema import ModelConfig
+from srgan.configs.schema import OWN_ARCHS, ModelConfig
 from srgan.files.errors import SrganError, first_line
 from srgan.models.spandrel_generator import BuildBudget, OverBudget, SpandrelGenerator
 
@@ -101,14 +101,14 @@ SPANDREL_ARCHS: dict[str, SpandrelArch] = {
 # spandrel's architectures that restore at one scale or need more than one
 # image (faces, inpainting, denoising, dehazing, low light): not SR networks.
 NOT_SR = (
-    "codeformer dnCNN drunet fbcnn fftformer gfpgan hvicidnet kbnet lama mixdehazenet "
-    "mmrealsr nafnet restoreformer retinexformer scunet uformer".lower().split()
+    "codeformer dncnn drunet fbcnn fftformer gfpgan hvicidnet kbnet lama mixdehazenet "
+    "mmrealsr nafnet restoreformer retinexformer scunet uformer".split()
 )
 
 
 def arch_names() -> list[str]:
     """srgan's own architectures, then spandrel's that it trains."""
-    return ["srresnet", "rrdb", "compact", *SPANDREL_ARCHS]
+    return [*OWN_ARCHS, *SPANDREL_ARCHS]
 
 
 def settable_options(arch: SpandrelArch) -> dict[str, inspect.Parameter]:
@@ -143,11 +143,11 @@ def option_hints(arch: SpandrelArch) -> dict[str, Any]:
 def resolve_options(model: ModelConfig) -> ModelConfig:
     """`model` with model.options checked against the architecture's
     constructor and completed with its defaults (srgan's own architectures:
-    `model` itself). Refuses an unknown architecture (naming those srgan
-    trains), a scale the network does not build, an option the constructor
-    does not take (naming those it does) and a value of the wrong type, each
-    with its key path."""
-    if model.arch in ("srresnet", "rrdb", "compact"):
+    `model` itself). Raises SrganError, with the key path, for an unknown
+    architecture (naming those srgan trains), a scale the network does not
+    build, an option the constructor does not take (naming those it does)
+    and a value of the wrong type."""
+    if model.arch in OWN_ARCHS:
         return model
     arch = spandrel_arch(model.arch)
     if model.scale not in arch.scales:
