@@ -240,7 +240,8 @@ def test_a_micro_batch_of_one_is_refused_for_dat_whose_batchnorm_needs_two(photo
 
 
 def test_plksr_trains_in_nchw_on_the_cpu_under_a_channels_last_runtime():
-    """Its large-kernel convolution's backward is many times slower in channels_last on the CPU (docs/performance.md)."""
+    """Its large-kernel convolution's backward is many times slower in channels_last
+    on the CPU (docs/performance.md)."""
     from srgan.models import Runtime
 
     runtime = Runtime(torch.device("cpu"), "fp32", channels_last=True)
