@@ -175,7 +175,7 @@ def resolve_options(model: ModelConfig) -> ModelConfig:
         expected = expected_type(hints.get(name), parameter.default)
         if expected is not None and not fits(value, expected):
             raise SrganError(f"model.options.{name}: expected {describe(expected)}, got {value!r}")
-        options[name] = list(value) if isinstance(value, tuple) else value  # YAML has lists
+        options[name] = as_yaml(value)
     return replace(model, options=options)
 
 
@@ -256,26 +256,29 @@ def build_spandrel_generator(model: ModelConfig) -> SpandrelGenerator:
         if name.rpartition(".")[2] in arch.derived:
             module.requires_grad_(False)  # no gradient reaches them: DDP would wait for one
     if torch.empty(0).is_meta:  # a shapes-only build (a checkpoint's checks): nothing to read back
-        return SpandrelGenerator(shapes_only_descriptor(network, model))
-    read_back = read_back_checked(network, arch, model)
-    generator = SpandrelGenerator(
-        spandrel.ImageModelDescriptor(
-            network,
-            network.state_dict(),
-            architecture=read_back.architecture,
-            purpose=read_back.purpose,
-            tags=read_back.tags,
-            supports_half=read_back.supports_half,
-            supports_bfloat16=read_back.supports_bfloat16,
-            scale=model.scale,
-            input_channels=3,
-            output_channels=3,
-            size_requirements=read_back.size_requirements,
-            tiling=read_back.tiling,
-        )
+        descriptor = shapes_only_descriptor(network, model)
+    else:
+        descriptor = described(network, read_back_checked(network, arch, model), model.scale)
+    return SpandrelGenerator(descriptor, min_batch=arch.min_batch, nchw_on_cpu=arch.nchw_on_cpu)
+
+
+def described(network: nn.Module, read_back: Any, scale: int) -> Any:
+    """spandrel's descriptor of srgan's network, with what spandrel's
+    reading of its weights says of it (size rule, precisions, tags)."""
+    return spandrel.ImageModelDescriptor(
+        network,
+        network.state_dict(),
+        architecture=read_back.architecture,
+        purpose=read_back.purpose,
+        tags=read_back.tags,
+        supports_half=read_back.supports_half,
+        supports_bfloat16=read_back.supports_bfloat16,
+        scale=scale,
+        input_channels=3,
+        output_channels=3,
+        size_requirements=read_back.size_requirements,
+        tiling=read_back.tiling,
     )
-    generator.min_batch, generator.nchw_on_cpu = arch.min_batch, arch.nchw_on_cpu
-    return generator
 
 
 def construct(arch: SpandrelArch, kwargs: dict[str, Any]) -> nn.Module:

@@ -32,7 +32,7 @@ class SpandrelGenerator(nn.Module):
     receptive_radius (None: attention over shifted windows makes the reach
     grow with depth, so inference/tile_pad.py measures the pad tiles need)."""
 
-    def __init__(self, descriptor: Any):
+    def __init__(self, descriptor: Any, min_batch: int = 1, nchw_on_cpu: bool = False):
         super().__init__()
         self.network = descriptor.model  # a submodule: .to(), .eval() and deepcopy reach it
         self.descriptor = descriptor  # pads, calls and crops around self.network
@@ -43,8 +43,8 @@ class SpandrelGenerator(nn.Module):
         self.channels = max((p.shape[0] for p in self.network.parameters() if p.ndim >= 2), default=64)
         self.tile_align = math.lcm(descriptor.size_requirements.multiple_of, window_grid(self.network))
         self.receptive_radius: int | None = None
-        self.min_batch = 1  # the smallest micro-batch its training forward runs (models/spandrel_archs.py sets it)
-        self.nchw_on_cpu = False  # whether it runs faster in NCHW than channels_last on the CPU (the same)
+        self.min_batch = min_batch  # the smallest micro-batch its training forward runs (models/spandrel_archs.py)
+        self.nchw_on_cpu = nchw_on_cpu  # whether it runs faster in NCHW than channels_last on the CPU (the same)
         self.low_precision = {torch.bfloat16: descriptor.supports_bfloat16, torch.float16: descriptor.supports_half}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
