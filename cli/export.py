@@ -32,7 +32,7 @@ def export(
     (srgan, spandrel), or BasicSR's .pth (Real-ESRGAN's scripts, chaiNNer); checked by
     reading it back before it is written."""
     # torch loads here, not at start-up: srgan --help stays fast
-    from srgan.inference.export import CHECK_SHAPES, export_format, export_generator
+    from srgan.inference.export import export_format, export_generator
     from srgan.models import resolve_checkpoint_path
     from srgan.models.checkpoint import load_generator
 
@@ -41,8 +41,10 @@ def export(
     check_output(output, force, (checkpoint,))
     report = export_generator(load_generator(checkpoint), output, fp16, opset, force, (checkpoint,), checkpoint)
     opset_part = f", opset {report.opset}" if report.opset is not None else ""
+    if report.batch is not None:  # spandrel's windowed transformers: inference/export.onnx_bytes says why
+        opset_part += f", batch {report.batch} only (height and width any)"
     typer.echo(
         f"{report.path}: {report.arch} x{report.scale}, {report.format} {report.precision}{opset_part}; "
-        f"read back and run on {' and '.join('x'.join(map(str, s)) for s in CHECK_SHAPES)}: largest difference "
+        f"read back and run on {' and '.join('x'.join(map(str, s)) for s in report.checked)}: largest difference "
         f"from srgan's fp32 output {report.max_abs_diff:.2e} (tolerance {report.tolerance:.0e})"
     )

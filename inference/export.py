@@ -3,7 +3,8 @@ format (the target's extension picks it):
 
     .onnx          the eval-mode network (BatchNorm folded), input "input" N x 3 x H x W
                    float32 RGB in [0, 1], output "output" the same at the model's scale,
-                   clamped to [0, 1] as `srgan upscale` clamps; batch, height, width dynamic
+                   clamped to [0, 1] as `srgan upscale` clamps; height and width dynamic, the
+                   batch too (1 for the windowed transformers: onnx_bytes says why)
     .safetensors   the generator's weights, with metadata srgan_model / arch / scale
                    (srgan_model for srgan's own architectures only)
     .pth           BasicSR's {"params_ema": state dict}, for rrdb and compact (the
@@ -70,6 +71,8 @@ class ExportReport:
     max_abs_diff: float  # against srgan's fp32 output, over CHECK_SHAPES
     tolerance: float
     opset: int | None = None  # onnx only
+    checked: tuple[tuple[int, ...], ...] = CHECK_SHAPES  # the input shapes the file was run on
+    batch: int | None = None  # the one batch an .onnx graph takes (None: any)
 
 
 def export_format(path: Path) -> str:
@@ -113,9 +116,11 @@ def export_generator(
         )
     generator = generator.eval().float().cpu()
     precision = "fp16" if fp16 else "fp32"
+    batch = None
     if kind == "onnx":
         opset = opset or DEFAULT_OPSET
         data = onnx_bytes(generator, fp16, opset, source)
+        batch = graph_batch(data)
         check = check_onnx
     elif kind == "safetensors":
         data = safetensors_bytes(generator, fp16)
@@ -132,7 +137,16 @@ def export_generator(
 
     write_file(path, write_and_check, overwrite=overwrite, inputs=inputs)
     return ExportReport(
-        Path(path), kind, generator.arch, generator.scale, precision, diffs[0], TOLERANCE[precision], opset
+        Path(path),
+        kind,
+        generator.arch,
+        generator.scale,
+        precision,
+        diffs[0],
+        TOLERANCE[precision],
+        opset,
+        checked_shapes(batch),
+        batch,
     )
 
 
@@ -255,6 +269,13 @@ def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int, source: str | Pat
     padding branches on the side's remainder, which named dims refuse; the
     axes AUTO leaves dynamic are checked below, and check_onnx runs two sizes.
 
+    The batch stays dynamic where the graph runs another batch than the
+    traced one. spandrel's windowed transformers (SwinIR, DAT, HAT, ...)
+    compute their batch in the window reverse as int(windows / (H * W /
+    window**2)), a float, which torch.export replaces by the traced batch:
+    their graph is traced again at batch 1 (one image a run, as chaiNNer
+    feeds it), height and width dynamic, and says so in its input shape.
+
     torch.export runs here, non-strict, and its program goes to the ONNX
     exporter: given the network itself, torch.onnx.export falls back on a
     failure to its strict (dynamo) tracer, whose decompositions crash the
@@ -264,17 +285,10 @@ def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int, source: str | Pat
     and when the exporter writes another opset."""
     require_export_extra("export to .onnx")
     network = OnnxNetwork(fuse_for_inference(generator), fp16).eval()
-    auto = torch.export.Dim.AUTO
     with quiet_exporter():
-        try:
-            exported = torch.export.export(
-                network, (check_input(TRACE_SHAPE),), dynamic_shapes={"x": {0: auto, 2: auto, 3: auto}}, strict=False
-            )
-        except Exception as error:  # an op or a Python construct the tracer does not take
-            raise SrganError(
-                f"{source}: {describe_network(generator)} cannot be exported to ONNX: torch.export "
-                f"{torch.__version__} cannot trace it ({type(error).__name__}: {first_line(error)})"
-            ) from None
+        exported = traced_program(network, TRACE_SHAPE, generator, source)
+        if not runs_batch(exported, (1, *TRACE_SHAPE[1:])):
+            exported = traced_program(network, (1, *TRACE_SHAPE[1:]), generator, source)
         program = torch.onnx.export(
             exported,
             input_names=["input"],
@@ -288,13 +302,52 @@ def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int, source: str | Pat
     written = {entry.domain: entry.version for entry in model.opset_import}.get("", None)
     if written != opset:  # the exporter converts down (or not) on its own, with a warning at most
         raise SrganError(f"--opset {opset}: torch's exporter wrote opset {written} instead")
-    for axis in (0, 2, 3):
-        if model.graph.input[0].type.tensor_type.shape.dim[axis].dim_param == "":
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for axis in (0, 2, 3) if exported.example_inputs[0][0].shape[0] > 1 else (2, 3):
+        if dims[axis].dim_param == "":
             raise RuntimeError(f"the exporter fixed the input's axis {axis}: the graph would take one size only")
     strip_trace_metadata(model)
     for key, value in weights_metadata(generator).items():
         model.metadata_props.add(key=key, value=value)
     return model.SerializeToString()
+
+
+def traced_program(network: nn.Module, shape: tuple[int, ...], generator: SRGenerator, source: str | Path):
+    """torch.export's program of `network` traced on a `shape` input, its
+    height and width dynamic, and its batch too when `shape`'s is above 1."""
+    auto = torch.export.Dim.AUTO
+    axes = (0, 2, 3) if shape[0] > 1 else (2, 3)
+    try:
+        return torch.export.export(
+            network, (check_input(shape),), dynamic_shapes={"x": dict.fromkeys(axes, auto)}, strict=False
+        )
+    except Exception as error:  # an op or a Python construct the tracer does not take
+        raise SrganError(
+            f"{source}: {describe_network(generator)} cannot be exported to ONNX: torch.export "
+            f"{torch.__version__} cannot trace it ({type(error).__name__}: {first_line(error)})"
+        ) from None
+
+
+def runs_batch(exported, shape: tuple[int, ...]) -> bool:
+    """Whether the exported program runs a `shape` input: its guards fail
+    where the trace fixed a size that `shape` changes."""
+    try:
+        with torch.no_grad():
+            exported.module()(check_input(shape))
+    except Exception:  # torch.export's guard: a size the trace fixed
+        return False
+    return True
+
+
+def graph_batch(written: Path | bytes) -> int | None:
+    """The batch an ONNX file's graph takes: None when any, else the one it was traced at."""
+    batch = onnx_session(written if isinstance(written, bytes) else str(written)).get_inputs()[0].shape[0]
+    return batch if isinstance(batch, int) else None
+
+
+def checked_shapes(batch: int | None) -> tuple[tuple[int, ...], ...]:
+    """CHECK_SHAPES, at `batch` where the graph takes only that one."""
+    return CHECK_SHAPES if batch is None else tuple((batch, *shape[1:]) for shape in CHECK_SHAPES)
 
 
 def strip_trace_metadata(model) -> None:
@@ -345,12 +398,13 @@ def onnx_session(model: bytes | str, threads: int | None = None):
 
 
 def check_onnx(written: Path, generator: SRGenerator, precision: str, path: Path) -> float:
-    """Run the written graph in onnxruntime on CHECK_SHAPES and return the
+    """Run the written graph in onnxruntime on CHECK_SHAPES (at the graph's
+    batch where it takes one only) and return the
     largest difference from srgan's fp32 output. Raises SrganError when
     onnxruntime cannot run a shape, or the difference is above the tolerance."""
     session = onnx_session(str(written))
     diff = 0.0
-    for shape in CHECK_SHAPES:
+    for shape in checked_shapes(graph_batch(written)):
         x = check_input(shape)
         try:
             (got,) = session.run(["output"], {"input": x.numpy()})

@@ -34,7 +34,7 @@ TINY = {
     "span": ["model.options={feature_channels: 8}"],
     "realplksr": ["model.options={dim: 8, n_blocks: 1, kernel_size: 5}"],
     "dat": [
-        "model.options={embed_dim: 16, depth: [1], num_heads: [2], split_size: [2, 4], expansion_factor: 1.0, "
+        "model.options={embed_dim: 32, depth: [1], num_heads: [2], split_size: [2, 4], expansion_factor: 1.0, "
         "img_size: 8, drop_path_rate: 0.0}"
     ],
     "swinir": [

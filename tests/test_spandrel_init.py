@@ -1,5 +1,5 @@
 """model.init_from naming a community file of one of spandrel's architectures
-srgan trains (SPAN, SwinIR here, as published: a bare state dict, BasicSR's
+srgan trains (SPAN, RealPLKSR, DAT, SwinIR here, as published: a bare state dict, BasicSR's
 params_ema, a .safetensors): the arch, scale and options come from spandrel's
 reading of the file, the config's own options must agree with it, and the
 run starts from exactly its weights. A GAN stage starts from a pretrain run
@@ -19,6 +19,8 @@ from test_community_weights import esrgan_sequential, save
 from test_spandrel_archs import CROP, SRGAN_ONLY
 
 spandrel = pytest.importorskip("spandrel")
+from spandrel.architectures.DAT import DAT  # noqa: E402
+from spandrel.architectures.PLKSR import RealPLKSR  # noqa: E402
 from spandrel.architectures.SPAN import SPAN  # noqa: E402
 from spandrel.architectures.SwinIR import SwinIR  # noqa: E402
 
@@ -37,11 +39,25 @@ def swinir_weights() -> dict[str, torch.Tensor]:
     return network.state_dict()
 
 
+def realplksr_weights() -> dict[str, torch.Tensor]:
+    torch.manual_seed(3)
+    return RealPLKSR(dim=8, n_blocks=1, kernel_size=5, upscaling_factor=4).state_dict()
+
+
+def dat_weights() -> dict[str, torch.Tensor]:
+    torch.manual_seed(4)
+    network = DAT(embed_dim=32, depth=[1], num_heads=[2], split_size=[2, 4], expansion_factor=1.0, upscale=4)
+    return network.state_dict()
+
+
 # arch -> its weights, the layout they are published in, and options spandrel reads from them
 FILES = {
     "span": (span_weights, "top", {"feature_channels": 8, "bias": True}),
     "span-basicsr": (span_weights, "params_ema", {"feature_channels": 8}),
     "swinir": (swinir_weights, "safetensors", {"embed_dim": 8, "depths": [1], "num_heads": [2], "window_size": 4}),
+    # spandrel names RealPLKSR's files PLKSR: srgan tells them apart by the class it builds
+    "realplksr": (realplksr_weights, "top", {"dim": 8, "n_blocks": 1, "kernel_size": 5}),
+    "dat": (dat_weights, "params_ema", {"embed_dim": 32, "depth": [1], "num_heads": [2], "split_size": [2, 4]}),
 }
 
 
@@ -71,7 +87,15 @@ def test_config_show_prints_the_files_architecture_and_options(case, srgan, tmp_
 
 # swinir: the config gives options the weights do not fix (spandrel assumes img_size 64 and
 # drop_path_rate 0.1): the config's values stand
-@pytest.mark.parametrize("case, given", [("span-basicsr", {}), ("swinir", {"img_size": 8, "drop_path_rate": 0.0})])
+@pytest.mark.parametrize(
+    "case, given",
+    [
+        ("span-basicsr", {}),
+        ("swinir", {"img_size": 8, "drop_path_rate": 0.0}),
+        ("realplksr", {}),
+        ("dat", {"img_size": 8, "drop_path_rate": 0.0}),
+    ],
+)
 def test_a_run_starts_from_exactly_the_files_weights(case, given, photo_dir, tmp_path):
     from srgan.training.loop import Trainer
 
@@ -92,7 +116,7 @@ def test_a_run_starts_from_exactly_the_files_weights(case, given, photo_dir, tmp
     finally:
         trainer.close()
     written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]
-    assert written["arch"] == arch and written["options"]["window_size" if arch == "swinir" else "feature_channels"]
+    assert written["arch"] == arch and all(written["options"][key] == value for key, value in options.items())
 
 
 def test_srgan_train_fine_tunes_a_span_file_and_a_gan_stage_starts_from_that_run(srgan, photo_dir, tmp_path):
