@@ -252,6 +252,7 @@ def build_spandrel_generator(model: ModelConfig) -> SpandrelGenerator:
     upscale differently)."""
     arch = spandrel_arch(model.arch)
     network = construct(arch, {**arch.fixed, **model.options, arch.scale_option: model.scale})
+    check_no_empty_layer(network)
     for name, module in network.named_modules():
         if name.rpartition(".")[2] in arch.derived:
             module.requires_grad_(False)  # no gradient reaches them: DDP would wait for one
@@ -313,6 +314,27 @@ def construct(arch: SpandrelArch, kwargs: dict[str, Any]) -> nn.Module:
             ) from None
         except Exception as error:  # the constructor refuses a combination of options
             raise SrganError(f"model.options: {name} refuses them ({first_line(error)})") from None
+
+
+def check_no_empty_layer(network: nn.Module) -> None:
+    """Refuse options that leave a layer with no features: DAT's and RGT's
+    position bias is dim // 4 // 4 wide, none at 16 dims per branch. torch
+    runs such a layer (it computes nothing), onnxruntime refuses it, and no
+    published file has one."""
+    for name, module in network.named_modules():
+        if isinstance(module, nn.LayerNorm):
+            widths: tuple[int, ...] = tuple(module.normalized_shape)
+        elif isinstance(module, nn.Linear):
+            widths = (module.in_features, module.out_features)
+        elif isinstance(module, nn.Conv2d):
+            widths = (module.in_channels, module.out_channels)
+        else:
+            continue
+        if 0 in widths:
+            raise SrganError(
+                f"model.options: {type(network).__name__}'s {name} would have no features with them ({module}); "
+                "give it more width (embed_dim, dim) or fewer heads"
+            )
 
 
 def read_back_checked(network: nn.Module, arch: SpandrelArch, model: ModelConfig) -> Any:

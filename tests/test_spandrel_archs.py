@@ -143,17 +143,24 @@ def test_a_crop_below_the_networks_size_rule_is_refused_before_the_run_folder(ph
 
 
 @pytest.mark.parametrize(
-    "option, message",
+    "arch, option, message",
     [
-        ("feature_channels=100000", r"model\.options: SPAN would hold more than srgan's limit of 610,000,000 weights"),
-        ("feature_channels=-3", r"model\.options: SPAN refuses them \(RuntimeError: .*negative dimension"),
-        ("feature_channels=0", r"model\.options: SPAN cannot run with them"),
+        ("span", "feature_channels=100000", r"model\.options: SPAN would hold more than srgan's limit of 610,000,000"),
+        ("span", "feature_channels=-3", r"model\.options: SPAN refuses them \(RuntimeError: .*negative dimension"),
+        ("span", "feature_channels=0", r"model\.options: SPAN's conv_1\.sk would have no features with them"),
+        ("realplksr", "kernel_size=4", r"model\.options: RealPLKSR cannot run with them \(RuntimeError: The expand"),
     ],
 )
-def test_options_the_network_cannot_be_built_or_run_with_are_refused_before_any_memory_is_spent(option, message):
+def test_options_the_network_cannot_be_built_or_run_with_are_refused_before_any_memory_is_spent(arch, option, message):
     """100000 channels: 9.6e12 numbers, counted on the meta device; allocating them would fail or swap."""
     with pytest.raises(SrganError, match=message):
-        build_generator(tiny_model("span", f"model.options.{option}"))
+        build_generator(tiny_model(arch, f"model.options.{option}"))
+
+
+def test_options_that_leave_a_layer_without_features_are_refused_naming_it():
+    """DAT at 16 dims: its position bias has 0 features (torch runs it, onnxruntime does not)."""
+    with pytest.raises(SrganError, match=r"DAT's layers\.0\.blocks\.0\.attn\.attns\.0\.pos\.pos_proj would have no"):
+        build_generator(tiny_model("dat", "model.options.embed_dim=16"))
 
 
 @pytest.mark.parametrize("arch, option", [("span", "img_range=1.0"), ("realplksr", "norm_groups=2")])
