@@ -318,7 +318,7 @@ def construct(arch: SpandrelArch, kwargs: dict[str, Any]) -> nn.Module:
 
 def check_no_empty_layer(network: nn.Module) -> None:
     """Refuse options that leave a layer with no features: DAT's and RGT's
-    position bias is dim // 4 // 4 wide, none at 16 dims per branch. torch
+    position bias is a sixteenth of a branch's width, none at embed_dim 16. torch
     runs such a layer (it computes nothing), onnxruntime refuses it, and no
     published file has one."""
     for name, module in network.named_modules():
