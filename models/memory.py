@@ -46,17 +46,17 @@ def measure_peak(device: torch.device, work: Callable[[], T]) -> tuple[T, int | 
     figures cannot be read)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
+        allocated = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         value = work()
         torch.cuda.synchronize(device)
-        return value, torch.cuda.max_memory_allocated(device) - before
+        return value, torch.cuda.max_memory_allocated(device) - allocated
     if not reset_peak_resident():
         return work(), None
-    before = status_bytes("VmRSS")
+    resident = status_bytes("VmRSS")
     value = work()
     peak = status_bytes("VmHWM")
-    return value, None if before is None or peak is None else max(0, peak - before)
+    return value, None if resident is None or peak is None else max(0, peak - resident)
 
 
 def mem_available() -> int | None:
