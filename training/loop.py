@@ -714,11 +714,15 @@ def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
     discriminator = runtime.place(build_discriminator(config))
     criterion = runtime.place(GeneratorCriterion(config.loss, config.gan.d_loss))
     if t.compile:
-        # in place, so state_dict keys stay those of the plain modules
-        generator.compile()
-        discriminator.compile()
+        # In place, so state_dict keys stay those of the plain modules. Static
+        # shapes: a run's crop is fixed, and a second shape in one process (a
+        # sweep's next variant) would otherwise recompile with symbolic sizes,
+        # which inductor fails on for spandrel's window transformers on the
+        # CPU (docs/models.md).
+        generator.compile(dynamic=False)
+        discriminator.compile(dynamic=False)
         if criterion.vgg is not None:
-            criterion.vgg.compile()
+            criterion.vgg.compile(dynamic=False)
     # fused: one kernel for all parameters (CPU and CUDA, PyTorch >= 2.4)
     betas, fused = (t.betas[0], t.betas[1]), runtime.device.type in ("cpu", "cuda")  # two betas: the loader checks
     return TrainingParts(
