@@ -22,6 +22,7 @@ from srgan.inference.tiles import MARGIN, floor_tile, plan_tile, tile_memory
 from srgan.inference.upscale import inference_network, upscale_files, upscale_pixels
 from srgan.models import Generator, Runtime
 from srgan.models.memory import available_bytes, measure_peak
+from srgan.models.runtime import is_out_of_memory
 
 CPU32 = Runtime(torch.device("cpu"), "fp32")
 ALLOCATOR = "DefaultCPUAllocator: can't allocate memory: you tried to allocate {} bytes. Error code 12"
@@ -93,6 +94,23 @@ def test_an_allocator_error_halves_the_tile_and_equals_a_run_at_the_half(caplog)
         out = upscale_pixels(AllocatorLimit(network, 2000), image, CPU32, tile=64, pad=4)
     assert [r.getMessage() for r in caplog.records] == ["out of memory at tile 64: tiles of 32 from here"]
     assert np.array_equal(out, upscale_pixels(network, image, CPU32, tile=32, pad=4))
+
+
+class Broken(torch.nn.Module):
+    """A generator whose forward fails with an error that is not about memory."""
+
+    scale, receptive_radius, arch, tile_align = 4, 4, "srresnet", 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("Given groups=1, weight of size [8, 3, 9, 9], expected input to have 3 channels")
+
+
+def test_only_memory_errors_are_retried():
+    assert is_out_of_memory(RuntimeError(ALLOCATOR.format(1 << 30)))
+    assert is_out_of_memory(RuntimeError("could not create a primitive"))  # oneDNN under RLIMIT_AS
+    assert not is_out_of_memory(RuntimeError("could not create a primitive descriptor for a convolution forward"))
+    with pytest.raises(RuntimeError, match="expected input to have 3 channels"):
+        upscale_pixels(Broken(), photo(40, 40), CPU32, tile=32, pad=4)  # type: ignore[arg-type]
 
 
 def test_out_of_memory_at_the_floor_fails_that_image_alone_in_one_line(tmp_path):
