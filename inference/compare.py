@@ -21,6 +21,7 @@ from srgan.files import check_output
 from srgan.files.errors import SrganError, first_line
 from srgan.files.reading import not_found
 from srgan.inference.imageio import write_png
+from srgan.inference.tiles import OutOfMemoryAtFloor
 from srgan.inference.upscale import upscale_rgb8
 from srgan.metrics import ImageScores
 from srgan.models import Runtime, SRGenerator
@@ -104,7 +105,10 @@ def compare_picture(
     generator.eval()
     lr = model_input(hr, given_lr, generator.scale, degrade, image_path.stem)
     bicubic = bicubic_upscale(lr, generator.scale)
-    sr = upscale_rgb8(generator, lr, runtime)
+    try:
+        sr = upscale_rgb8(generator, lr, runtime)
+    except OutOfMemoryAtFloor as error:  # the tiler does not know the file's name
+        raise SrganError(f"{image_path}: {error}") from None
 
     def chw(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(a)).permute(2, 0, 1)

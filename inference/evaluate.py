@@ -21,6 +21,7 @@ from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import note_read
 from srgan.files.reading import not_found
 from srgan.inference.compare import bicubic_upscale, model_input, scored_hr
+from srgan.inference.tiles import OutOfMemoryAtFloor
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.metrics import CONVENTION, LOWER_IS_BETTER, ImageScores
 from srgan.models import Runtime, SRGenerator
@@ -113,7 +114,11 @@ def evaluate_folders(
             continue
         name = path.stem if len(folders) == 1 else f"{path.parent.name}/{path.stem}"
         lr = model_input(hr, given_lr, scale, degrade, name)
-        sr, bicubic, hr8 = _chw(upscale_pixels(network, lr, runtime)), _chw(bicubic_upscale(lr, scale)), _chw(hr)
+        try:
+            sr = _chw(upscale_pixels(network, lr, runtime))
+        except OutOfMemoryAtFloor as error:  # the tiler does not know the file's name
+            raise SrganError(f"{path}: {error}") from None
+        bicubic, hr8 = _chw(bicubic_upscale(lr, scale)), _chw(hr)
         images.append(
             {
                 "name": name,

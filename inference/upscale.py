@@ -24,7 +24,7 @@ from srgan.inference.fused import fuse_for_inference
 from srgan.inference.imageio import OUTPUT_FORMATS, Picture, has_alpha, read_picture, resize, write_picture
 from srgan.inference.options import UpscaleOptions
 from srgan.inference.tile_pad import tile_pad
-from srgan.inference.tiles import auto_tile, check_upscale_memory, needs_tiles, upscale_tiled
+from srgan.inference.tiles import OutOfMemoryAtFloor, auto_tile, check_upscale_memory, needs_tiles, upscale_tiled
 from srgan.inference.video import (
     VIDEO_CONTAINERS,
     VIDEO_EXTENSIONS,
@@ -95,6 +95,11 @@ def upscale_files(
             log.warning("%s; skipped", error)
             report.failed.append((source, str(error)))
             continue
+        except OutOfMemoryAtFloor as floor:  # the tiler does not know the file's name
+            error = SrganError(f"{source}: {floor}")
+            log.warning("%s; skipped", error)
+            report.failed.append((source, str(error)))
+            continue
         except SrganError as error:
             log.warning("%s; skipped", error)
             report.failed.append((source, str(error)))
@@ -136,7 +141,7 @@ def upscale_pixels(
     progress: str | None = None,
 ) -> np.ndarray:
     """HxWx3 (or HxW grayscale, run as RGB) uint8 or uint16 -> the same kind,
-    `scale` times larger. `tile` None: sized from free memory; `pad` None:
+    `scale` times larger. `tile` None: planned from the network's measured memory and the memory at hand; `pad` None:
     measured on the network when the image runs in tiles (tile_pad)."""
     height, width = pixels.shape[:2]
     values = pixels.astype(np.float32)

@@ -38,14 +38,9 @@ from srgan.inference.imageio import resize
 from srgan.inference.options import UpscaleOptions
 from srgan.inference.tile_grid import to_output_pixels
 from srgan.inference.tile_pad import tile_pad
-from srgan.inference.tiles import (
-    activation_budget,
-    activation_bytes_per_pixel,
-    auto_tile,
-    check_upscale_memory,
-    upscale_tiled,
-)
+from srgan.inference.tiles import auto_tile, check_upscale_memory, frames_that_fit, upscale_tiled
 from srgan.models import Runtime, SRGenerator
+from srgan.models.runtime import is_out_of_memory
 
 if TYPE_CHECKING:  # PyAV is optional
     from av.audio.stream import AudioStream
@@ -117,8 +112,7 @@ def frames_per_forward(
     `batch` asked as the memory budget holds; or, when one frame alone is
     over the budget (or --tile cuts it), one frame at a time in tiles."""
     if tile is None:
-        per_frame = height * width * activation_bytes_per_pixel(network, runtime.precision)
-        fits = activation_budget(runtime.device) // per_frame
+        fits = frames_that_fit(network, runtime, height, width, batch)
         if fits >= 1:
             return min(batch, fits), 0
         return 1, auto_tile(network, runtime, height, width, pad or 0)
@@ -143,7 +137,7 @@ def upscale_batch(
         for i in range(count):
             out[i] = to_output_pixels(sr[i : i + 1], np.uint8, gray=False)
         return out
-    for i in range(count):  # upscale_tiled halves the tile on a CUDA out-of-memory error
+    for i in range(count):  # upscale_tiled halves the tile on an out-of-memory error
         upscale_tiled(network, images[i], runtime, out[i], tile, pad)
     return out
 
@@ -449,11 +443,14 @@ def _upscale_frames(
             try:
                 with job.turns:
                     sr = upscale_batch(network, frames, runtime, tile, pad)
-            except torch.cuda.OutOfMemoryError:  # only on CUDA, where job.turns is no lock
+            except (MemoryError, RuntimeError) as error:  # CUDA's, or the CPU allocator's: is_out_of_memory
+                if not is_out_of_memory(error):
+                    raise
                 sr = None
             if sr is None:  # outside the except block, so that the failed batch's tensors are released first
-                torch.cuda.empty_cache()
-                log.warning("CUDA out of memory with %d frames at once: going on one frame at a time", batch)
+                if runtime.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                log.warning("out of memory with %d frames at once: going on one frame at a time", batch)
                 batch = 1
                 sr = np.concatenate([upscale_batch(network, [f], runtime, tile, pad) for f in frames])
             for frame, pixels in zip(pending, sr, strict=True):

@@ -17,6 +17,7 @@ hit first. Linux only; elsewhere the figures are None and nothing is planned.
 
 from __future__ import annotations
 
+import ctypes
 import resource
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +52,7 @@ def measure_peak(device: torch.device, work: Callable[[], T]) -> tuple[T, int | 
         value = work()
         torch.cuda.synchronize(device)
         return value, torch.cuda.max_memory_allocated(device) - allocated
+    release_free_heap()
     if not reset_peak_resident():
         return work(), None
     resident = status_bytes("VmRSS")
@@ -101,6 +103,17 @@ def status_bytes(field: str) -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def release_free_heap() -> None:
+    """Hand the C heap's free pages back to the kernel (glibc's malloc_trim)
+    where the C library has it: work that reuses memory freed before it
+    would otherwise take no new resident pages, and its peak would read as
+    nothing."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): no such call
+        pass
 
 
 def reset_peak_resident() -> bool:

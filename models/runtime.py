@@ -15,6 +15,7 @@ from srgan.files.errors import SrganError
 
 M = TypeVar("M", bound=torch.nn.Module)
 
+ONEDNN_NO_MEMORY = "could not create a primitive"  # the whole message, as torch's oneDNN glue raises it
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # each precision's compute type
 
 
@@ -112,12 +113,16 @@ def cpu_has_bf16_units() -> bool:
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """A failed allocation: Python's MemoryError, CUDA's, or torch's CPU
-    allocator's (a RuntimeError of its own)."""
+    """A failed allocation: Python's MemoryError, CUDA's, torch's CPU
+    allocator's (a RuntimeError of its own), or oneDNN's failure to build a
+    kernel for a new shape, which is how its own allocations fail under an
+    address-space limit (not "... primitive descriptor ...": an unsupported
+    configuration)."""
     if isinstance(error, (MemoryError, torch.cuda.OutOfMemoryError)):
         return True
+    text = str(error)
     return isinstance(error, RuntimeError) and (
-        "can't allocate memory" in str(error) or "DefaultCPUAllocator" in str(error)
+        "can't allocate memory" in text or "DefaultCPUAllocator" in text or text.strip() == ONEDNN_NO_MEMORY
     )
 
 

@@ -12,7 +12,7 @@ from srgan.files.errors import SrganError
 from srgan.inference.imageio import Picture, read_picture, write_png16
 from srgan.inference.options import UpscaleOptions
 from srgan.inference.tile_grid import tile_grid
-from srgan.inference.tiles import activation_budget, activation_bytes_per_pixel, auto_tile, upscale_tiled
+from srgan.inference.tiles import upscale_tiled
 from srgan.inference.upscale import upscale_picture, upscale_rgb8
 from srgan.models import Generator, Runtime
 from srgan.models.leftthomas import generator_from_leftthomas, is_leftthomas_state_dict
@@ -99,18 +99,6 @@ def test_the_fused_inference_network_computes_the_generators_function(scale):
     assert g.training is False and isinstance(g.body[0].bn1, torch.nn.BatchNorm2d)  # the original is untouched
 
 
-def test_auto_tile_runs_small_images_whole_and_bounds_big_ones():
-    g = Generator(4, 16, 64)
-    pad = g.receptive_radius
-    assert auto_tile(g, CPU32, 64, 64, pad) == 0
-    tile = auto_tile(g, CPU32, 3000, 4000, pad)
-    budget = activation_budget(torch.device("cpu"))
-    assert 16 <= tile < 3000 and budget <= 1536 * 2**20
-    assert (tile + 2 * pad) ** 2 * activation_bytes_per_pixel(g, "fp32") <= budget
-    # bf16 activations take half the bytes: larger tiles.
-    assert auto_tile(g, Runtime(torch.device("cpu"), "bf16"), 3000, 4000, pad) > tile
-
-
 class OutOfMemoryAbove(torch.nn.Module):
     """A generator on a device with room for `pixels` input pixels a forward:
     a larger input raises the error CUDA's allocator raises. Records the
@@ -150,8 +138,11 @@ def test_out_of_memory_halves_the_tile_and_the_output_is_exact(caplog):
     # the 48 px grid cuts 80 x 96 into cells of 40 x 48, each read with its pad below or to the right
     assert small.inputs[:2] == [(80, 96), (40 + pad.pad, 48 + pad.pad)] and len(small.inputs) == 2 + 16
     assert max(h * w for h, w in small.inputs[2:]) <= 2000
-    warnings = [r.getMessage() for r in caplog.records if "retrying with --tile" in r.getMessage()]
-    assert [w.split(": ")[-1] for w in warnings] == ["retrying with --tile 48", "retrying with --tile 24"], warnings
+    warnings = [r.getMessage() for r in caplog.records if "out of memory at" in r.getMessage()]
+    assert warnings == [
+        "out of memory at the whole 96x80 image: tiles of 48 from here",
+        "out of memory at tile 48: tiles of 24 from here",
+    ], warnings
     assert np.array_equal(out, upscale_pixels(network, image, CPU32, tile=24))
     whole = upscale_pixels(network, image, CPU32, tile=0)
     assert np.abs(out.astype(int) - whole).max() <= 1
