@@ -35,6 +35,7 @@ from srgan.inference.tile_grid import Tile, paste_tiles
 from srgan.inference.tile_pad import measure_tile_pad
 from srgan.models import Runtime, SRGenerator, build_generator
 from srgan.models.checkpoint import load_generator
+from srgan.models.spandrel_generator import SpandrelGenerator
 
 DEFAULT_PADS = (0, 2, 4, 6, 8, 12, 16, 24, 32, 48)
 
@@ -146,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
+    shape = f"{result['blocks']} blocks x {result['channels']} channels"
+    if isinstance(generator, SpandrelGenerator):  # blocks and channels are srgan's own architectures' notions
+        shape = f"{type(generator.network).__name__} through spandrel"
     print(
-        f"{result['arch']} x{result['scale']}, {result['blocks']} blocks x {result['channels']} channels, "
+        f"{result['arch']} x{result['scale']}, {shape}, "
         f"{source}; receptive radius {result['receptive_radius']}, --tile-pad auto {measured.pad} "
         f"(probe: {result['probe_seam_8bit']} levels, {result['probe_seconds']} s)"
     )
