@@ -134,3 +134,22 @@ def test_a_resume_keeps_the_precision_it_started_in(photo_dir, tmp_path, precisi
         "unit": "a step",
     }
     assert_same_checkpoints(part / "checkpoints" / "last.pt", whole / "checkpoints" / "last.pt")
+
+
+def test_a_resumed_run_json_without_a_usable_precision(tmp_path, caplog):
+    from srgan.files.errors import SrganError
+    from srgan.models.runtime import fast_bf16
+    from srgan.training.run_folder import recorded_precision
+
+    cpu, status = torch.device("cpu"), tmp_path / "run.json"
+    flags_rule = "bf16" if fast_bf16(cpu) else "fp32"
+    status.write_text(json.dumps({"state": "interrupted", "step": 2}))  # a run started before precision was recorded
+    assert recorded_precision(tmp_path, cpu).precision == flags_rule and "records no precision" in caplog.text
+    status.write_text("{torn")
+    assert recorded_precision(tmp_path, cpu).precision == flags_rule and "unreadable" in caplog.text
+    status.write_text(json.dumps({"precision": {"precision": "bf16", "seconds": {"fp32": 0.5, "bf16": 0.25}}}))
+    kept = recorded_precision(tmp_path, cpu)
+    assert (kept.precision, kept.seconds) == ("bf16", {"fp32": 0.5, "bf16": 0.25})
+    status.write_text(json.dumps({"precision": {"precision": "fp16", "how": "given"}}))  # a CUDA run resumed here
+    with pytest.raises(SrganError, match="trained in fp16, which cpu here does not run; resume it with --set"):
+        recorded_precision(tmp_path, cpu)

@@ -700,7 +700,7 @@ def choose_precision(runtime: Runtime, config: Config, resume: Path | None, worl
         return PrecisionChoice(runtime.precision, "given", {}, "a step")
     if resume is not None and RunFolder(Path(resume)).has_checkpoint():
         return recorded_precision(Path(resume), runtime.device)
-    return world.broadcast(measure_training(runtime, config) if world.is_main else None)
+    return world.run_on_main(lambda: measure_training(runtime, config))  # a refusal stops every rank
 
 
 def batches(loader: DataLoader):

@@ -148,13 +148,14 @@ def recorded_precision(run_dir: Path, device: torch.device) -> PrecisionChoice:
     try:
         status = parse_json(read_regular_text(path, STATUS_BYTES, "run status"))
         record = status.get("precision") if isinstance(status, dict) else None
-        if isinstance(record, dict) and record.get("precision") in DTYPES:
-            seconds = record.get("seconds")
-            kept = {k: v for k, v in seconds.items() if isinstance(v, float)} if isinstance(seconds, dict) else {}
-            return PrecisionChoice(record["precision"], "the run's own, kept", kept, str(record.get("unit", "a step")))
         why = "records no precision"
     except (SrganError, OSError, ValueError) as error:
-        why = f"unreadable ({first_line(error)})"
+        record, why = None, f"unreadable ({first_line(error)})"
+    if isinstance(record, dict) and record.get("precision") in DTYPES:
+        check_runs(record["precision"], device, path)
+        seconds = record.get("seconds")
+        kept = {k: v for k, v in seconds.items() if isinstance(v, float)} if isinstance(seconds, dict) else {}
+        return PrecisionChoice(record["precision"], "the run's own, kept", kept, str(record.get("unit", "a step")))
     precision = "bf16" if fast_bf16(device) else "fp32"
     log.warning(
         "%s %s: the run goes on in %s, auto's choice by the device's flags before it timed",
@@ -163,3 +164,14 @@ def recorded_precision(run_dir: Path, device: torch.device) -> PrecisionChoice:
         precision,
     )
     return PrecisionChoice(precision, "the device's flags, as the run started", {}, "a step")
+
+
+def check_runs(precision: str, device: torch.device, path: Path) -> None:
+    """Raise SrganError when the device cannot run the precision the run
+    recorded (a resume on another machine), saying how to go on."""
+    cuda = device.type == "cuda"
+    if (precision == "fp16" and not cuda) or (precision == "bf16" and cuda and not torch.cuda.is_bf16_supported()):
+        raise SrganError(
+            f"{path}: the run trained in {precision}, which {device.type} here does not run; "
+            "resume it with --set train.precision=fp32 (or another the device runs)"
+        )
