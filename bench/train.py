@@ -18,6 +18,7 @@ from srgan.configs.networks import perceptual_layers
 from srgan.configs.schema import OWN_ARCHS
 from srgan.files.errors import SrganError
 from srgan.models import resolve_architecture, resolve_runtime
+from srgan.models.precision_choice import for_training
 from srgan.models.runtime import set_deterministic
 from srgan.training.loop import build_parts
 from srgan.training.step import gan_step, generator_step
@@ -44,7 +45,8 @@ class StepBench:
     def __init__(self, config: Config):
         self.config = config = resolve_architecture(config)  # the options the report names: defaults included
         t = config.train
-        self.runtime = resolve_runtime(t.device, t.precision, t.channels_last, keys=("train.device", "train.precision"))
+        runtime = resolve_runtime(t.device, t.precision, t.channels_last, keys=("train.device", "train.precision"))
+        self.runtime = for_training(runtime, config)  # auto: what the run would choose
         torch.manual_seed(t.seed)
         self.deterministic = t.deterministic
         self.parts = build_parts(config, self.runtime)

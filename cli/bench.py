@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from srgan.cli.common import CONFIG_HELP, DEVICE_HELP, PRECISION_HELP, SET_HELP, runtime_from_options
+from srgan.cli.common import CONFIG_HELP, DEVICE_HELP, PRECISION_HELP, SET_HELP, measured_runtime, runtime_from_options
 from srgan.files.errors import SrganError
 
 bench_app = typer.Typer(no_args_is_help=True, help="Time the training step and the upscaling path.")
@@ -186,6 +186,7 @@ def upscale(
 
     runtime = runtime_from_options(device, precision)
     generator = bench_generator(checkpoint, load_config(config, overrides or []))
+    runtime = measured_runtime(runtime.place(generator), runtime)
     result = bench_upscale(generator, runtime, width, height, iters, warmup, baseline, onnx)
     if as_json:
         typer.echo(json.dumps(result))
@@ -340,6 +341,7 @@ def video(
 
     runtime = runtime_from_options(device, precision)
     generator = bench_generator(checkpoint, load_config(config, overrides or []))
+    runtime = measured_runtime(runtime.place(generator), runtime)
     result = bench_video(generator, runtime, width, height, frames, batch, iters, warmup, compare_overlap)
     if as_json:
         typer.echo(json.dumps(result))

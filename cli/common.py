@@ -15,7 +15,10 @@ CHECKPOINT_HELP = (
     "BasicSR/Real-ESRGAN RRDBNet or SRVGGNetCompact, ESRGAN's 2018 RRDB layout, leftthomas/SRGAN's netG, "
     "or any other architecture spandrel recognises (SwinIR, HAT, DAT, SPAN, ...; docs/models.md)."
 )
-PRECISION_HELP = "auto (bf16 where the device runs it fast, else fp32), fp32, bf16 or fp16 (CUDA only)."
+PRECISION_HELP = (
+    "auto (fp32 or bf16, whichever runs the network faster here: timed once per machine and cached), "
+    "fp32, bf16 or fp16 (CUDA only)."
+)
 
 
 def runtime_from_options(device: str, precision: str):
@@ -32,13 +35,29 @@ def runtime_from_options(device: str, precision: str):
     return resolve_runtime(device, precision)
 
 
-def generator_from_option(checkpoint, runtime):
+def generator_from_option(checkpoint, runtime, say_precision=True):
     """The generator of a --checkpoint (an srgan checkpoint file or run folder,
-    or a community model file: docs/models.md), on the runtime's device, and
-    the description of the model it recognised (the command prints it once its
-    own checks pass); SrganError for a file it cannot load."""
+    or a community model file: docs/models.md), on the runtime's device, the
+    description of the model it recognised (the command prints it once its
+    own checks pass), and the runtime to run it in: --precision auto timed
+    on this network (measured_runtime), logged with `say_precision` (upscale's
+    own line says it). SrganError for a file it cannot load."""
     # torch loads here, not at start-up: srgan --help stays fast
     from srgan.models.checkpoint import load_described_generator
 
     generator, model = load_described_generator(checkpoint)
-    return runtime.place(generator), model
+    generator = runtime.place(generator)
+    measured = measured_runtime(generator, runtime)
+    if say_precision and measured.chosen:
+        import logging
+
+        logging.getLogger("srgan").info("%s", measured.chosen)
+    return generator, model, measured
+
+
+def measured_runtime(generator, runtime):
+    """`runtime`, its precision chosen by timing `generator` (on its device)
+    when --precision is auto (models/precision_choice.py)."""
+    from srgan.models.precision_choice import for_inference
+
+    return for_inference(runtime, generator)

@@ -79,7 +79,7 @@ def compare(
     degradation = degrade_option(degrade, lr)
     runtime = runtime_from_options(device, precision)
     scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
-    generator, model = generator_from_option(checkpoint, runtime)
+    generator, model, runtime = generator_from_option(checkpoint, runtime)
     result = compare_picture(
         generator, runtime, image, output, force, scores, model=model, lr_path=lr, degrade=degradation
     )
@@ -129,7 +129,7 @@ def evaluate(
     degradation = degrade_option(degrade, lr)
     runtime = runtime_from_options(device, precision)
     scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
-    generator, model = generator_from_option(checkpoint, runtime)
+    generator, model, runtime = generator_from_option(checkpoint, runtime)
     result = evaluate_folders(
         generator, runtime, folders, scores=scores, model=model, lr_folder=lr, degrade=degradation
     )

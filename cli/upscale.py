@@ -111,7 +111,7 @@ def upscale(
         compare=compare,
     )
     runtime = runtime_from_options(device, precision)
-    generator, model = generator_from_option(checkpoint, runtime)
+    generator, model, runtime = generator_from_option(checkpoint, runtime, say_precision=False)
     report = upscale_files(generator, runtime, inputs, output, options, model)  # SIGTERM: see cli/app.py
     for written in report.written:
         typer.echo(written)

@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import logging
 import math
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,13 +40,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from srgan.files import parse_json, read_regular_text, write_text
-from srgan.files.errors import SrganError, first_line
-from srgan.files.inputs import own
+from srgan.files.cache import cache_file as shared_cache_file
+from srgan.files.cache import read_entries, write_entries
+from srgan.files.errors import SrganError
 from srgan.inference.tile_grid import Tile, paste_tiles
 from srgan.models import Runtime, SRGenerator
-
-log = logging.getLogger("srgan")
 
 PROBE = "dead-leaves corner v1"  # part of the cache key: a changed probe measures again
 CELL = 8  # the probe's cell, input pixels a side (times the unshuffle of rrdb x1, x2)
@@ -58,7 +53,6 @@ CAP = 128  # the largest pad chosen (times the unshuffle): tiles of 512 then cos
 LIMIT = 0.25  # 8-bit levels: the probe's seam a pad may leave (a margin of 4 below one level)
 REFERENCE_GAP = 16  # the reference reads at least this much (and a third) more context than the pad tried
 CACHE_ENTRIES = 256  # models remembered; the oldest measured is forgotten first
-CACHE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -225,37 +219,20 @@ def weights_key(network: SRGenerator) -> str:
 def cache_file() -> Path:
     """$XDG_CACHE_HOME/srgan/tile_pads.json (~/.cache when unset or not an
     absolute path, as the XDG specification says)."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    folder = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return folder / "srgan" / "tile_pads.json"
+    return shared_cache_file("tile_pads.json")
 
 
 def read_cache(path: Path) -> dict[str, dict]:
     """The measured pads by weights key; {} for a missing file, and also for
     one that is not such a cache (damaged, foreign, too large): that one gets
     a warning, never an error, and the next write replaces it."""
-    own(path.parent)  # the command's own state, read and then replaced: not an input it must not write over
-    if not path.exists() and not path.is_symlink():
-        return {}
-    try:
-        data = parse_json(read_regular_text(path, CACHE_BYTES, "tile pad cache"))
-        if not isinstance(data, dict) or not isinstance(data.get("pads"), dict):
-            raise ValueError("not the layout srgan writes")
-        return {key: value for key, value in data["pads"].items() if isinstance(value, dict)}
-    except (SrganError, OSError, ValueError) as error:
-        log.warning("%s: ignoring the tile pad cache (%s); it is measured again", path, first_line(error))
-        return {}
+    return read_entries(path, "pads", "tile pad cache")
 
 
 def write_cache(path: Path, entries: dict[str, dict]) -> None:
     """Write the newest CACHE_ENTRIES. When the cache cannot be written, it logs
     a warning and the command goes on (the pad is measured again next time)."""
-    kept = dict(list(entries.items())[-CACHE_ENTRIES:])
-    text = json.dumps({"srgan_tile_pads": 1, "probe": PROBE, "pads": kept}, indent=1) + "\n"
-    try:
-        write_text(path, text, overwrite=True)
-    except (SrganError, OSError) as error:
-        log.warning("cannot cache the measured tile pad: %s", first_line(error))
+    write_entries(path, {"srgan_tile_pads": 1, "probe": PROBE}, "pads", entries, CACHE_ENTRIES, "tile pad")
 
 
 def _entry(value: object) -> TilePad | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,6 +26,10 @@ class Runtime:
     # NHWC activations: oneDNN's and cuDNN's fast convolution layout
     # (docs/performance.md measures the step with and without).
     channels_last: bool = True
+    # precision auto, not yet timed (models/precision_choice.py): `precision`
+    # says fp32 until for_training or for_inference chooses.
+    measure: bool = False
+    chosen: str = field(default="", compare=False)  # how auto chose, for describe()
 
     @property
     def memory_format(self) -> torch.memory_format:
@@ -56,7 +60,7 @@ class Runtime:
         else:
             where = f"cpu ({torch.get_num_threads()} threads)"
         layout = "channels_last" if self.channels_last else "NCHW"
-        return f"device {where}, precision {self.precision}, {layout}"
+        return f"device {where}, {self.chosen or 'precision ' + self.precision}, {layout}"
 
 
 def resolve_runtime(
@@ -65,9 +69,10 @@ def resolve_runtime(
     channels_last: bool = True,
     keys: tuple[str, str] = ("--device", "--precision"),
 ) -> Runtime:
-    """`device` auto: CUDA when available. `precision` auto: bf16 where the
-    device runs it fast (CUDA with bf16 support, a CPU with AMX or
-    AVX512-BF16), else fp32. fp16 is CUDA only (CPU fp16 is slow and lossy).
+    """`device` auto: CUDA when available. `precision` auto: fp32 with
+    `measure` set, for models/precision_choice.py to time the work in each
+    precision once it is known (for_training, for_inference). fp16 is CUDA
+    only (CPU fp16 is slow and lossy).
     `keys` name the option or config key each came from, for the refusals.
     Returns the Runtime; raises SrganError for a CUDA device this machine
     lacks, fp16 off CUDA, and bf16 on a GPU without it."""
@@ -87,12 +92,14 @@ def resolve_runtime(
     if precision == "bf16" and chosen.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise SrganError(f"{precision_key} bf16: this GPU does not support bf16 (use fp16 or fp32)")
     if precision == "auto":
-        precision = "bf16" if fast_bf16(chosen) else "fp32"
+        return Runtime(chosen, "fp32", channels_last, measure=True)
     return Runtime(chosen, precision, channels_last)
 
 
 def fast_bf16(device: torch.device) -> bool:
-    """Whether bf16 matrix work is fast here (not merely emulated)."""
+    """Whether bf16 matrix work is fast here (not merely emulated), by the
+    device's flags: auto's rule before it was measured, which a resumed run
+    that recorded no choice keeps."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported(including_emulation=False)
     return cpu_has_bf16_units()

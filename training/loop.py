@@ -44,6 +44,8 @@ from srgan.models import (
     resolve_runtime,
     save_checkpoint,
 )
+from srgan.models.precision_choice import PrecisionChoice, measure_training
+from srgan.models.precision_choice import apply as apply_precision
 from srgan.models.runtime import is_out_of_memory, set_deterministic
 from srgan.models.spandrel_generator import SpandrelGenerator, check_crop
 from srgan.training.distributed import World, unwrap
@@ -58,7 +60,7 @@ from srgan.training.logs import (
     open_tensorboard,
 )
 from srgan.training.pictures import SampleSheet, draw_curves
-from srgan.training.run_folder import RunFolder
+from srgan.training.run_folder import RunFolder, recorded_precision
 from srgan.training.signals import StopSignals, TrainingInterrupted, ignore_interrupts_in_worker
 from srgan.training.state import (
     Progress,
@@ -131,7 +133,7 @@ class Trainer:
         before anything is read from it or written to it."""
         self.world = world or World()
         self.config, self.init = read_inputs(config, resume)
-        self.runtime = self.start_runtime()
+        self.runtime = self.start_runtime(resume)
         self.open_data()
         self.build_networks()
         started = self.open_run_folder(resume)
@@ -147,15 +149,17 @@ class Trainer:
 
     # ---- setup, in the order __init__ runs it ------------------------------------
 
-    def start_runtime(self) -> Runtime:
-        """The device and precision, and the seeded RNGs."""
+    def start_runtime(self, resume: Path | None) -> Runtime:
+        """The device and precision (auto: timed on this machine, or a
+        resumed run's own: see choose_precision), and the seeded RNGs."""
         t = self.config.train
         runtime = resolve_runtime(
             self.world.device(t.device), t.precision, t.channels_last, keys=("train.device", "train.precision")
         )
-        set_deterministic(t.deterministic)
+        set_deterministic(t.deterministic)  # before the timing: it times the kernels the run uses
+        self.precision = choose_precision(runtime, self.config, resume, self.world)
         seed_everything(t.seed)
-        return runtime
+        return apply_precision(runtime, self.precision)
 
     def open_data(self) -> None:
         """The training crops and their loader, the validation set and its
@@ -560,7 +564,12 @@ class Trainer:
             return
         try:
             self.folder.write_status(
-                state, self.progress.step, self.planned_steps(), self.progress.wall_seconds, reason
+                state,
+                self.progress.step,
+                self.planned_steps(),
+                self.progress.wall_seconds,
+                reason,
+                extra={"precision": self.precision.record()},
             )
         except SrganError:
             if state == "running":
@@ -680,6 +689,18 @@ class Ledger:
         )
         if closed:
             self.next_epoch()
+
+
+def choose_precision(runtime: Runtime, config: Config, resume: Path | None, world: World) -> PrecisionChoice:
+    """The run's precision and how it was chosen: the given one; for auto,
+    a resumed run's own, as its run.json records it (a resume stays
+    bit-exact, whatever the cache says now), else rank 0's timing of the
+    step (models/precision_choice.py), which every rank then runs in."""
+    if not runtime.measure:
+        return PrecisionChoice(runtime.precision, "given", {}, "a step")
+    if resume is not None and RunFolder(Path(resume)).has_checkpoint():
+        return recorded_precision(Path(resume), runtime.device)
+    return world.run_on_main(lambda: measure_training(runtime, config))  # a refusal stops every rank
 
 
 def batches(loader: DataLoader):

@@ -15,17 +15,22 @@ import socket
 import time
 from pathlib import Path
 
+import torch
+
 from srgan.configs import Config, config_to_yaml
-from srgan.files import RunLock, check_output, write_text
-from srgan.files.errors import SrganError
+from srgan.files import RunLock, check_output, parse_json, read_regular_text, write_text
+from srgan.files.errors import SrganError, first_line
 from srgan.files.inputs import own
 from srgan.files.reading import check_regular
+from srgan.models.precision_choice import PrecisionChoice
+from srgan.models.runtime import DTYPES, fast_bf16
 
 log = logging.getLogger("srgan")
 
 # What a run writes besides its checkpoints (cleared when a folder is started afresh).
 RUN_FILES = ("metrics.jsonl", "epochs.csv", "validation.csv", "curves.png", "train.log", "run.json")
 STATUS_NAME = "run.json"
+STATUS_BYTES = 1 << 16  # run.json is a few hundred bytes: a larger one is not srgan's
 # run.json's states; "running" in the file with nobody holding the lock means
 # the process died without a word (SIGKILL, a power cut).
 STATES = ("running", "finished", "interrupted", "failed")
@@ -83,9 +88,12 @@ class RunFolder:
         """The resolved config, once the run has checked everything it resumes from."""
         write_text(self.path / "config.yaml", config_to_yaml(config), overwrite=True)
 
-    def write_status(self, state: str, step: int, planned: int, wall_seconds: float, reason: str = "") -> None:
+    def write_status(
+        self, state: str, step: int, planned: int, wall_seconds: float, reason: str = "", extra: dict | None = None
+    ) -> None:
         """run.json: where the run stands, for `srgan runs` (small, rewritten
-        atomically at every checkpoint and when the process ends)."""
+        atomically at every checkpoint and when the process ends), and
+        `extra`: what the run chose at start-up (its precision)."""
         status = {
             "state": state,
             "step": step,
@@ -97,6 +105,7 @@ class RunFolder:
         }
         if reason:
             status["reason"] = reason
+        status.update(extra or {})
         write_text(self.path / STATUS_NAME, json.dumps(status) + "\n", overwrite=True)
 
     def check_run_files(self) -> None:
@@ -127,3 +136,42 @@ class RunFolder:
 
     def close(self) -> None:
         self.lock.release()
+
+
+def recorded_precision(run_dir: Path, device: torch.device) -> PrecisionChoice:
+    """The precision run.json records for the run in `run_dir`, for its
+    resume under precision auto: the run goes on in the precision it started
+    in, so that it stays bit-exact. A run.json without one (written before
+    srgan recorded it, or unreadable) gets auto's rule of those versions,
+    the device's flags (models/runtime.py fast_bf16), with a warning."""
+    path = run_dir / STATUS_NAME
+    try:
+        status = parse_json(read_regular_text(path, STATUS_BYTES, "run status"))
+        record = status.get("precision") if isinstance(status, dict) else None
+        why = "records no precision"
+    except (SrganError, OSError, ValueError) as error:
+        record, why = None, f"unreadable ({first_line(error)})"
+    if isinstance(record, dict) and record.get("precision") in DTYPES:
+        check_runs(record["precision"], device, path)
+        seconds = record.get("seconds")
+        kept = {k: v for k, v in seconds.items() if isinstance(v, float)} if isinstance(seconds, dict) else {}
+        return PrecisionChoice(record["precision"], "the run's own, kept", kept, str(record.get("unit", "a step")))
+    precision = "bf16" if fast_bf16(device) else "fp32"
+    log.warning(
+        "%s %s: the run goes on in %s, auto's choice by the device's flags before it timed",
+        path,
+        why,
+        precision,
+    )
+    return PrecisionChoice(precision, "the device's flags, as the run started", {}, "a step")
+
+
+def check_runs(precision: str, device: torch.device, path: Path) -> None:
+    """Raise SrganError when the device cannot run the precision the run
+    recorded (a resume on another machine), saying how to go on."""
+    cuda = device.type == "cuda"
+    if (precision == "fp16" and not cuda) or (precision == "bf16" and cuda and not torch.cuda.is_bf16_supported()):
+        raise SrganError(
+            f"{path}: the run trained in {precision}, which {device.type} here does not run; "
+            "resume it with --set train.precision=fp32 (or another the device runs)"
+        )
