@@ -83,9 +83,12 @@ class RunFolder:
         """The resolved config, once the run has checked everything it resumes from."""
         write_text(self.path / "config.yaml", config_to_yaml(config), overwrite=True)
 
-    def write_status(self, state: str, step: int, planned: int, wall_seconds: float, reason: str = "") -> None:
+    def write_status(
+        self, state: str, step: int, planned: int, wall_seconds: float, reason: str = "", extra: dict | None = None
+    ) -> None:
         """run.json: where the run stands, for `srgan runs` (small, rewritten
-        atomically at every checkpoint and when the process ends)."""
+        atomically at every checkpoint and when the process ends), with
+        `extra`'s keys (the micro-batch plan)."""
         status = {
             "state": state,
             "step": step,
@@ -97,6 +100,7 @@ class RunFolder:
         }
         if reason:
             status["reason"] = reason
+        status.update(extra or {})
         write_text(self.path / STATUS_NAME, json.dumps(status) + "\n", overwrite=True)
 
     def check_run_files(self) -> None:
