@@ -260,3 +260,37 @@ def test_out_of_memory_at_micro_batch_one_ends_the_run_with_last_pt_kept(photo_d
     assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == 1
     assert run_json(run)["state"] == "failed"
     assert [c["micro_batch"] for c in run_json(run)["micro_batch_changes"]] == [1]
+
+
+# ---- DDP --------------------------------------------------------------------------
+
+RANK_WITH_LESS = """
+import os, sys
+from srgan.training import micro_batch
+if os.environ["RANK"] == "1":  # this rank's trial steps say only 1 crop's step fits its memory
+    micro_batch.available_bytes = lambda device: 1.5 * 2**30
+    micro_batch.fit_peak = lambda parts, config, gan, crop, most: (0.0, 2**30 * micro_batch.MARGIN)
+from srgan.cli.app import main
+sys.argv[0] = "srgan"
+main()
+"""
+
+
+def test_the_ranks_agree_on_the_smallest_micro_batch(photo_dir, tmp_path):
+    script = tmp_path / "rank_with_less.py"
+    script.write_text(RANK_WITH_LESS)
+    run = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+        + ["train", *set_args(tiny_overrides(photo_dir, run, "data.batch_size=2", "train.max_steps=1"))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    plan = run_json(run)["micro_batch"]  # rank 0 alone had room for its 2 crops
+    assert plan["micro_batch"] == 1 and plan["accumulate"] == 2 and plan["how"] == "the ranks' smallest", plan
+    assert "micro-batch 1 x 2 (the ranks' smallest)" in done.stderr
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["micro_batch"] == 1
