@@ -123,7 +123,7 @@ def main(args: list[str] | None = None) -> None:
         sys.exit(1)
     except SrganError as error:
         _print_error(f"srgan: error: {error}")
-        sys.exit(2)
+        sys.exit(error.exit_code)
     except Terminated:
         print("srgan: terminated", file=sys.stderr)
         sys.exit(128 + signal.SIGTERM)

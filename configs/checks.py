@@ -303,14 +303,32 @@ def _check_crops(c: Config, origin: str) -> None:
 
 
 def _check_accumulate(c: Config, origin: str) -> None:
-    """train.accumulate: gradient accumulation splits a batch evenly."""
+    """train.accumulate and train.micro_batch: gradient accumulation splits a
+    batch evenly, and the two keys say the same split when both are given."""
     need = _need(origin)
-    need(c.train.accumulate >= 1, "train.accumulate", "at least 1 (micro-batches a step)", c.train.accumulate)
+    t, batch = c.train, c.data.batch_size
+    need(t.accumulate >= 1, "train.accumulate", "at least 1 (micro-batches a step)", t.accumulate)
     need(
-        c.data.batch_size % c.train.accumulate == 0,
+        batch % t.accumulate == 0,
         "data.batch_size",
-        f"a multiple of train.accumulate ({c.train.accumulate}): each step takes that many equal micro-batches",
-        c.data.batch_size,
+        f"a multiple of train.accumulate ({t.accumulate}): each step takes that many equal micro-batches",
+        batch,
+    )
+    if t.micro_batch == "auto":
+        return
+    need(t.micro_batch >= 1, "train.micro_batch", "auto or at least 1 (crops a forward)", t.micro_batch)
+    need(
+        batch % t.micro_batch == 0,
+        "train.micro_batch",
+        f"auto or a divisor of data.batch_size ({batch}): each step takes equal micro-batches",
+        t.micro_batch,
+    )
+    need(
+        t.accumulate in (1, batch // t.micro_batch),
+        "train.accumulate",
+        f"1 or {batch // t.micro_batch} with train.micro_batch {t.micro_batch} of data.batch_size {batch} "
+        "(they say the same split: give one of them)",
+        t.accumulate,
     )
 
 

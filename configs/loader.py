@@ -276,8 +276,21 @@ def _convert(hint: Any, value: Any, key: str, origin: str):
     if origin_type in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, key, origin)
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) > 1:  # int | Literal["auto"]: the first that takes the value
+            for each in inner:
+                try:
+                    return _convert(each, value, key, origin)
+                except SrganError:
+                    pass
+            kinds = [
+                "one of " + ", ".join(map(str, typing.get_args(a)))
+                if typing.get_origin(a) is Literal
+                else {int: "an integer"}.get(a, f"a {getattr(a, '__name__', a)}")
+                for a in inner
+            ]
+            raise SrganError(f"{origin}: {key}: expected {' or '.join(kinds)}, got {_show(value)}")
+        return _convert(inner[0], value, key, origin)
     if origin_type is Literal:
         # by type too: 4.0 == 4, but a scale of 4.0 is a mistake to report
         if not any(value == a and type(value) is type(a) for a in args):

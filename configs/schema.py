@@ -319,6 +319,12 @@ class TrainConfig:
     # accumulate crops each) before each optimizer step, for both networks:
     # a GPU that cannot hold the batch at once still trains on it.
     accumulate: int = 1
+    # The crops each forward and backward takes (data.batch_size a multiple of
+    # it); the step sums data.batch_size / micro_batch of them, so the update
+    # is the batch's whatever it is. auto: the largest that fits the memory at
+    # hand, measured on a trial step before the first (docs/training.md
+    # "Memory"); train.accumulate > 1 pins it to data.batch_size / accumulate.
+    micro_batch: int | Literal["auto"] = "auto"
     # Deterministic kernels only (torch.use_deterministic_algorithms, oneDNN's and
     # cuDNN's deterministic modes): a config and a seed fix the bits. false: the
     # fastest kernels, which may add in a different order from run to run.

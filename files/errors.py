@@ -1,10 +1,21 @@
 """The one exception type for mistakes a user can make (a bad key, a missing
 file, a corrupt checkpoint). The CLI prints its message on one line and exits
-with status 2; anything else is a programming error and keeps its traceback."""
+with status 2 (1 for a RunFailed); anything else is a programming error and
+keeps its traceback."""
 
 
 class SrganError(Exception):
     """A problem with the user's input, explained by the message."""
+
+    exit_code = 2
+
+
+class RunFailed(SrganError):
+    """A run that started and could not go on (out of memory at the smallest
+    micro-batch): one line as for bad input, but exit status 1, as any failed
+    run, since nothing in the input was wrong."""
+
+    exit_code = 1
 
 
 def first_line(error: BaseException, limit: int = 200) -> str:

@@ -154,6 +154,14 @@ class World:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return tensor.item()
 
+    def minimum(self, value: float, device: torch.device) -> float:
+        """The smallest of the ranks' values (the micro-batch every rank can hold)."""
+        if not self.distributed:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64, device=device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+        return tensor.item()
+
     def sync_buffers(self, module: nn.Module) -> None:
         """Average the BatchNorm running statistics over the ranks (see wrap)."""
         if not self.distributed:

@@ -12,6 +12,7 @@ finishes it."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import random
@@ -32,7 +33,7 @@ from srgan.data import EpochSampler
 from srgan.data.paired import open_image_set, training_crops
 from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
-from srgan.files.errors import SrganError, first_line
+from srgan.files.errors import RunFailed, SrganError, first_line
 from srgan.losses import GeneratorCriterion
 from srgan.metrics import ImageScores, better, worst_score
 from srgan.models import (
@@ -59,6 +60,7 @@ from srgan.training.logs import (
     TensorBoard,
     open_tensorboard,
 )
+from srgan.training.micro_batch import Plan, least_micro_batch, plan_micro_batch, smaller_micro_batch
 from srgan.training.pictures import SampleSheet, draw_curves
 from srgan.training.run_folder import RunFolder, recorded_precision
 from srgan.training.signals import StopSignals, TrainingInterrupted, ignore_interrupts_in_worker
@@ -69,6 +71,8 @@ from srgan.training.state import (
     checkpoint_state,
     load_checkpoint,
     restore,
+    rng_state,
+    set_rng_state,
 )
 from srgan.training.step import TrainingParts, gan_step, generator_step
 from srgan.training.validation import checked_validation_set, validate
@@ -82,6 +86,7 @@ def train(config: Config, resume: Path | None = None) -> Path:
     SIGINT/SIGTERM arrives, and SrganError for a refused input, a full disk
     (DiskFull), running out of memory or a broken process group."""
     world = World.from_environment(config.train.device, config.train.dist_timeout_s)
+    trainer: Trainer | None = None
     try:
         trainer = Trainer(config, resume, world)
         try:
@@ -95,11 +100,11 @@ def train(config: Config, resume: Path | None = None) -> Path:
             f"{error}; the last good checkpoint is kept. Free some space, then: srgan train --resume {folder}"
         ) from None
     except (MemoryError, RuntimeError) as error:
-        if is_out_of_memory(error):
-            raise SrganError(
+        if is_out_of_memory(error):  # at the least micro-batch, or outside a step (Trainer.step halves it in one)
+            raise RunFailed(
                 f"out of memory ({first_line(error, 120)}) with data.batch_size {config.data.batch_size} and "
-                f"data.crop_size {config.data.crop_size}: lower them (or model.blocks/channels), or raise "
-                "train.accumulate (micro-batches a step); the last checkpoint is kept"
+                f"data.crop_size {config.data.crop_size}, at micro-batch {micro_batch_of(trainer)}: lower the "
+                "crop (or model.blocks/channels); the last checkpoint is kept"
             ) from None
         if isinstance(error, RuntimeError) and world.distributed:
             # A collective failed: another rank stopped (its own message says why) or died.
@@ -136,6 +141,7 @@ class Trainer:
         self.runtime = self.start_runtime(resume)
         self.open_data()
         self.build_networks()
+        self.plan = self.plan_micro_batch()
         started = self.open_run_folder(resume)
         try:
             self.resume_or_start(started)
@@ -199,6 +205,30 @@ class Trainer:
         self.ema = GeneratorEMA(self.parts.generator, t.ema_decay) if t.ema_decay > 0 else None
         self.gan = self.config.loss.weights.adversarial > 0  # else SRResNet training: D is never updated
 
+    def plan_micro_batch(self) -> Plan:
+        """The micro-batch (see micro_batch.py), before any run folder is
+        touched: a batch of which one crop does not fit is refused here.
+        Under DDP every rank plans alone and all take the smallest plan (one
+        collective), so that their steps sum the same micro-batches."""
+        try:
+            plan, refused = plan_micro_batch(self.config, self.parts, self.gan), None
+        except SrganError as error:
+            if not self.world.distributed:
+                raise
+            plan, refused = None, error
+        if not self.world.distributed:
+            assert plan is not None
+            return plan
+        agreed = int(self.world.minimum(float(plan.micro_batch if plan else 0), self.runtime.device))
+        if refused is not None:
+            raise refused
+        if agreed == 0:
+            raise SrganError(f"rank {self.world.rank}: another rank cannot fit one crop's step (its message says why)")
+        assert plan is not None
+        if agreed != plan.micro_batch:
+            plan = Plan(agreed, plan.batch, "the ranks' smallest")
+        return plan
+
     def open_run_folder(self, resume: Path | None) -> bool:
         """The run folder, locked from here on by rank 0, which alone writes
         it: a new one, or the resumed one with its files cut back to the
@@ -229,6 +259,19 @@ class Trainer:
             self.changes = changed_settings(state["config"], self.config)  # listed once the log file is open
             self.progress = restore(state, self.parts, self.ema, self.config.train.best_by)
         self.ledger = Ledger(self.progress, self.sampler)
+        self.settle_micro_batch()
+
+    def settle_micro_batch(self) -> None:
+        """The micro-batch the steps take: the checkpoint's (as planned or
+        halved then) unless the config pins one, so that a resumed run sums
+        the micro-batches the uninterrupted one did; else the plan's."""
+        p, batch = self.progress, self.config.data.batch_size
+        if p.micro_batch and self.plan.how != "pinned" and batch % p.micro_batch == 0:
+            if p.micro_batch != self.plan.micro_batch:
+                self.plan = Plan(p.micro_batch, batch, "kept from the checkpoint")
+        else:
+            p.micro_batch = self.plan.micro_batch
+        self.parts.accumulate = batch // p.micro_batch
 
     def open_logs(self, started: bool) -> None:
         """metrics.jsonl and epochs.csv (cut back to the checkpoint when
@@ -283,6 +326,7 @@ class Trainer:
         for note in self.init.notes if self.init is not None else ():
             log.info("%s", note)
         log.info("%s", self.runtime.describe())
+        log.info("%s", self.plan.describe())
         log.info(
             "generator %s parameters, discriminator %s parameters; %d training images, %d steps an epoch",
             f"{count_parameters(unwrap(self.parts.generator)):,}",
@@ -388,18 +432,65 @@ class Trainer:
         t, p = self.config.train, self.progress
         set_learning_rates(self.parts, t, p.step + 1)
         lr, hr = self.runtime.tensor(lr), self.runtime.tensor(hr)
-        if p.step < t.pretrain_steps:
-            stats = generator_step(self.parts, lr, hr, image_only=True)
-        elif self.gan:
-            stats = gan_step(self.parts, lr, hr)
-        else:
-            stats = generator_step(self.parts, lr, hr)
+        saved, done = rng_state(), dict[str, object]()
+        while True:
+            try:
+                stats = self.run_step(lr, hr, done)
+                break
+            except (MemoryError, RuntimeError) as error:
+                smaller = smaller_micro_batch(self.config.data.batch_size, p.micro_batch, least_micro_batch(self.parts))
+                if not is_out_of_memory(error) or smaller is None:
+                    raise
+                reason = first_line(error, 120)
+            # here, out of the except block, its traceback no longer holds the step's tensors
+            self.halve_micro_batch(smaller, reason)
+            if not done:  # nothing updated yet: the whole step again, drawing the same numbers
+                set_rng_state(saved)
         if self.ema is not None:
             self.ema.update(unwrap(self.parts.generator))
         self.ledger.took_step()
         self.metrics.add(p.step, stats)
         start, steps = self._interval
         self._interval = (start, steps + 1)
+
+    def run_step(self, lr: torch.Tensor, hr: torch.Tensor, done: dict) -> dict[str, torch.Tensor]:
+        """The step's update: `done` as gan_step takes it (G's half alone when D's is done)."""
+        t, p = self.config.train, self.progress
+        if p.step < t.pretrain_steps:
+            return generator_step(self.parts, lr, hr, image_only=True)
+        if self.gan:
+            return gan_step(self.parts, lr, hr, done)
+        return generator_step(self.parts, lr, hr)
+
+    def halve_micro_batch(self, smaller: int, reason: str) -> None:
+        """After an out-of-memory error in a step: its partial gradients
+        dropped, the micro-batch `smaller` (the next divisor of the batch at
+        or below half), said in one line and in run.json. Raises SrganError
+        under DDP, where the other ranks are already inside the step's
+        collectives."""
+        p, batch = self.progress, self.config.data.batch_size
+        if self.world.distributed:
+            raise SrganError(
+                f"rank {self.world.rank}: out of memory at step {p.step + 1} ({reason}) at micro-batch "
+                f"{p.micro_batch}; under DDP the ranks cannot halve it mid-step together: resume with "
+                f"--set train.micro_batch={smaller} (the last checkpoint is kept)"
+            )
+        for optimizer in (self.parts.optimizer_g, self.parts.optimizer_d):
+            optimizer.zero_grad(set_to_none=True)
+        gc.collect()
+        if self.runtime.device.type == "cuda":
+            torch.cuda.empty_cache()
+        log.warning(
+            "step %d: out of memory at micro-batch %d (%s): micro-batch %d x %d from here, the step run again",
+            p.step + 1,
+            p.micro_batch,
+            reason,
+            smaller,
+            batch // smaller,
+        )
+        p.micro_batch, self.parts.accumulate = smaller, batch // smaller
+        p.micro_batch_changes.append({"step": p.step + 1, "micro_batch": smaller})
+        self.record("running")
 
     def log_row(self, bar: tqdm) -> None:
         """metrics.jsonl's row for the steps since the last one (the one host sync)."""
@@ -569,7 +660,15 @@ class Trainer:
                 self.planned_steps(),
                 self.progress.wall_seconds,
                 reason,
-                extra={"precision": self.precision.record()},
+                extra={
+                    "precision": self.precision.record(),
+                    "micro_batch": {
+                        **self.plan.record(),
+                        "micro_batch": self.progress.micro_batch,
+                        "accumulate": self.parts.accumulate,
+                    },
+                    "micro_batch_changes": self.progress.micro_batch_changes,
+                },
             )
         except SrganError:
             if state == "running":
@@ -701,6 +800,12 @@ def choose_precision(runtime: Runtime, config: Config, resume: Path | None, worl
     if resume is not None and RunFolder(Path(resume)).has_checkpoint():
         return recorded_precision(Path(resume), runtime.device)
     return world.run_on_main(lambda: measure_training(runtime, config))  # a refusal stops every rank
+
+
+def micro_batch_of(trainer: Trainer | None) -> str:
+    """The micro-batch the trainer's steps take, for a message ("?" before it was planned)."""
+    progress = getattr(trainer, "progress", None)
+    return str(progress.micro_batch) if progress is not None and progress.micro_batch else "?"
 
 
 def batches(loader: DataLoader):

@@ -92,8 +92,8 @@ class RunFolder:
         self, state: str, step: int, planned: int, wall_seconds: float, reason: str = "", extra: dict | None = None
     ) -> None:
         """run.json: where the run stands, for `srgan runs` (small, rewritten
-        atomically at every checkpoint and when the process ends), and
-        `extra`: what the run chose at start-up (its precision)."""
+        atomically at every checkpoint and when the process ends), with
+        `extra`'s keys: what the run chose (its precision, its micro-batch)."""
         status = {
             "state": state,
             "step": step,

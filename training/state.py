@@ -56,6 +56,11 @@ class Progress:
     closed_step: int = -1
     last_validation: dict = field(default_factory=dict)  # step, each val metric, best (improved on the best before)
     wall_seconds: float = 0.0  # time spent training, over all the sessions of the run
+    # The crops a forward takes (train.micro_batch as planned or halved after
+    # an out-of-memory error; 0: not yet planned), and its changes mid-run:
+    # kept so that a resumed run sums the same micro-batches.
+    micro_batch: int = 0
+    micro_batch_changes: list = field(default_factory=list)  # {"step", "micro_batch"}: the step rerun at it
 
 
 def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Config, progress: Progress) -> dict:
@@ -76,6 +81,8 @@ def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Con
         "closed_step": progress.closed_step,
         "last_validation": progress.last_validation,
         "wall_seconds": progress.wall_seconds,
+        "micro_batch": progress.micro_batch,
+        "micro_batch_changes": progress.micro_batch_changes,
         "rng": rng_state(),
         "config": config_to_dict(config),
     }
@@ -118,6 +125,7 @@ def check_checkpoint(state: dict[str, Any], origin: str) -> None:
         ("best_step", 0),
         ("validated_step", -1),
         ("closed_step", -1),
+        ("micro_batch", 0),
     ):
         value = state.get(key, least)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -138,6 +146,11 @@ def check_checkpoint(state: dict[str, Any], origin: str) -> None:
     ):
         raise SrganError(f"{origin}: last_validation: expected step, best and the metrics' numbers")
     check_metric_state(state.get("metrics", {}), f"{origin}: metrics")
+    changes = state.get("micro_batch_changes", [])
+    if not isinstance(changes, list) or not all(
+        isinstance(c, dict) and all(isinstance(c.get(k), int) for k in ("step", "micro_batch")) for c in changes
+    ):
+        raise SrganError(f"{origin}: micro_batch_changes: expected a list of step and micro_batch integers")
     if "rng" in state:
         check_rng_state(state["rng"], f"{origin}: rng")
 
@@ -243,6 +256,8 @@ def restore(state: dict, parts: TrainingParts, ema: GeneratorEMA | None, best_by
         closed_step=state.get("closed_step", state["step"]),
         last_validation=state.get("last_validation", {}),
         wall_seconds=float(state.get("wall_seconds", 0.0)),
+        micro_batch=state.get("micro_batch", 0),
+        micro_batch_changes=list(state.get("micro_batch_changes", [])),
     )
 
 

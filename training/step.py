@@ -29,17 +29,35 @@ class TrainingParts:
     accumulate: int = 1  # micro-batches whose gradients each optimizer step sums (train.accumulate)
 
 
-def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[str, torch.Tensor]:
+def gan_step(
+    parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor, done: dict | None = None
+) -> dict[str, torch.Tensor]:
     """One D update then one G update, each on the gradients of the batch's
     `accumulate` micro-batches summed. Returns detached 0-dim tensors (no host
     sync here), means over the micro-batches: d_loss, g_loss, d_score = mean
-    D(x), g_score = mean D(G(z)), and the generator's loss terms."""
-    G, D, scaler, objective = parts.generator, parts.discriminator, parts.scaler, OBJECTIVES[parts.d_loss]
+    D(x), g_score = mean D(G(z)), and the generator's loss terms.
+
+    `done` (the trainer's, for a step that runs out of memory): filled with
+    D's statistics and the torch RNG state once D's update is done; a step
+    called again with it filled runs G's update alone (D's is not repeated)."""
     # The unsharp-masked HR (loss.sharpen_targets), once a batch, without gradient;
     # D's real examples are the sharpened ones when the adversarial term asks.
     hr_sharp = unsharp_mask(hr) if parts.criterion.sharpen.any else hr
     hr_for_d = hr_sharp if parts.criterion.sharpen.adversarial else hr
     micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, hr_sharp, hr_for_d)), strict=True))
+    if done:
+        set_torch_rng(done["rng"])  # G's half draws what it drew the first time
+        return {**done["d"], **g_half(parts, micro, None)}
+    fakes, d_stats = d_half(parts, micro)
+    if done is not None:
+        done.update(d=d_stats, rng=torch_rng())
+    return {**d_stats, **g_half(parts, micro, fakes)}
+
+
+def d_half(parts: TrainingParts, micro: list) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+    """gan_step's steps 1 and 2: the fakes, and D's update on them; returns
+    the fakes and D's statistics."""
+    G, D, scaler, objective = parts.generator, parts.discriminator, parts.scaler, OBJECTIVES[parts.d_loss]
     k = len(micro)
 
     # 1. The generator runs once; with one micro-batch its graph serves both
@@ -77,6 +95,14 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     # retain_graph kept the D step's own saved activations too: drop them now,
     # not at the end of the step, where they would still hold memory during the G step.
     del d_loss, real_logit, fake_logit
+    return fakes, mean_rows(d_rows)
+
+
+def g_half(parts: TrainingParts, micro: list, fakes: list[torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    """gan_step's step 3: G's update, on `fakes` (None: G runs again on each
+    micro-batch); returns G's statistics."""
+    G, D, scaler, objective = parts.generator, parts.discriminator, parts.scaler, OBJECTIVES[parts.d_loss]
+    k = len(micro)
 
     # 3. G step. It evaluates D(G(z)) again, under the D just updated. Reusing
     # the D(G(z)) from before optimizer_d.step(), as the widely copied loop
@@ -92,19 +118,33 @@ def gan_step(parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor) -> dict[s
     judge = unwrap(D)
     parts.optimizer_g.zero_grad(set_to_none=True)
     g_rows = []
-    for fake, (x, real, real_sharp, real_for_d) in zip(fakes, micro, strict=True):
-        with parts.runtime.autocast():
-            if k > 1:  # made without a graph in step 1
-                fake = G(x)
-            with torch.no_grad():
-                real_logit_g = judge(real_for_d) if objective.needs_real else None
-            g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g, real_sharp)
-        scaler.scale(g_loss / k).backward()
-        g_rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
-    D.requires_grad_(True)
+    try:
+        made: list[torch.Tensor | None] = list(fakes) if fakes is not None else [None] * k
+        for fake, (x, real, real_sharp, real_for_d) in zip(made, micro, strict=True):
+            with parts.runtime.autocast():
+                if fake is None or k > 1:  # made without a graph in step 1, or not made
+                    fake = G(x)
+                with torch.no_grad():
+                    real_logit_g = judge(real_for_d) if objective.needs_real else None
+                g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g, real_sharp)
+            scaler.scale(g_loss / k).backward()
+            g_rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
+    finally:  # also after an out-of-memory error, which the trainer survives
+        D.requires_grad_(True)
     scaler.step(parts.optimizer_g)
     scaler.update()
-    return {**mean_rows(d_rows), **mean_rows(g_rows)}
+    return mean_rows(g_rows)
+
+
+def torch_rng() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """torch's CPU and CUDA generator states (what a network's forward draws from)."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+
+
+def set_torch_rng(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1]:
+        torch.cuda.set_rng_state_all(state[1])
 
 
 def mean_rows(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
