@@ -4,7 +4,8 @@ tests, a short training and its resume, an upscale, `srgan bench train`
 (fp32 deterministic and not, bf16, bf16 + compile), `srgan bench upscale`,
 ESRGAN's RRDBNet (a run, its resume, a bf16 upscale, its training step at
 the presets' size), whether Real-ESRGAN's degradations keep realesrnet_x4's
-step fed, and a 1-rank NCCL job under torchrun, and prints one summary with the
+step fed, a 1-rank NCCL job under torchrun, and esrgan_x4 at a batch no GPU holds
+(the micro-batch planned, then an out-of-memory error forced mid-run), and prints one summary with the
 figures docs/performance.md lacks. Without CUDA it skips the CUDA parts,
 each with its reason, and still runs the parts that run anywhere (the 1-rank
 torchrun job, on gloo). It runs tests/ from the checkout, so it is a
@@ -387,6 +388,75 @@ def check_ddp_one_rank(work: Path) -> dict:
     }
 
 
+# A run whose generator, at its second step, finds the GPU full: a pre-hook takes
+# all but 64 MiB of the free memory, so the step's forward really runs out; the
+# retry's call frees it. The micro-batch planned at start-up is what a user gets.
+FORCED_OOM = """
+import sys
+import torch
+import srgan.training.loop as loop
+from srgan.configs import load_config
+from srgan.training import train
+
+class Hog:
+    def __init__(self, trainer):
+        self.trainer, self.tensor, self.done = trainer, None, False
+    def __call__(self, module, args):
+        if self.tensor is not None:  # the retry, at the smaller micro-batch
+            self.tensor = None
+            torch.cuda.empty_cache()
+        elif not self.done and self.trainer.progress.step == 1:
+            self.done = True
+            free, _ = torch.cuda.mem_get_info()
+            self.tensor = torch.empty(max(0, free - 64 * 2**20), dtype=torch.uint8, device="cuda")
+
+planned = loop.Trainer.plan_micro_batch
+def plan(self):
+    chosen = planned(self)
+    self.parts.generator.register_forward_pre_hook(Hog(self))
+    return chosen
+loop.Trainer.plan_micro_batch = plan
+train(load_config(sys.argv[1], sys.argv[2:]))
+"""
+
+
+def check_memory_planning(work: Path) -> dict:
+    """esrgan_x4 at a batch of 256 crops of 256 px, which no single GPU holds:
+    the micro-batch planned and its peak, then an out-of-memory error forced
+    at the second step, and that the run went on to its last step."""
+    run = work / "memory-run"
+    overrides = [
+        "data.train=builtin:samples",
+        "data.val=null",
+        "data.batch_size=256",
+        "data.crop_size=256",
+        "data.workers=4",
+        "train.max_steps=3",
+        "train.pretrain_steps=3",
+        "train.save_every=1",
+        f"train.run_dir={run}",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", FORCED_OOM, "esrgan_x4", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = done.stderr.splitlines()
+    status = json.loads((run / "run.json").read_text()) if (run / "run.json").is_file() else {}
+    plan = status.get("micro_batch", {})
+    changes = status.get("micro_batch_changes", [])
+    ok = done.returncode == 0 and status.get("step") == 3 and bool(changes)
+    return {
+        "ok": ok,
+        "plan_line": next((line.strip() for line in lines if "micro-batch" in line and "x" in line), None),
+        "planned": plan,
+        "recovery_line": next((line.strip() for line in lines if "out of memory at micro-batch" in line), None),
+        "micro_batch_changes": changes,
+        "error": [] if ok else lines[-3:],
+    }
+
+
 CHECKS = [
     ("cuda tests", check_cuda_tests, True),
     ("train + resume", check_train_and_resume, True),
@@ -396,6 +466,7 @@ CHECKS = [
     ("rrdb", check_rrdb, True),
     ("degradations", check_degradations, True),
     ("torchrun, 1 rank", check_ddp_one_rank, False),
+    ("memory planning", check_memory_planning, True),
 ]
 
 
