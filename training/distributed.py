@@ -148,18 +148,17 @@ class World:
 
     def maximum(self, value: float, device: torch.device) -> float:
         """The largest of the ranks' values (a signal seen by some ranks stops them all)."""
-        if not self.distributed:
-            return value
-        tensor = torch.tensor([value], dtype=torch.float64, device=device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return tensor.item()
+        return self._reduced(value, device, dist.ReduceOp.MAX)
 
     def minimum(self, value: float, device: torch.device) -> float:
         """The smallest of the ranks' values (the micro-batch every rank can hold)."""
+        return self._reduced(value, device, dist.ReduceOp.MIN)
+
+    def _reduced(self, value: float, device: torch.device, op: Any) -> float:
         if not self.distributed:
             return value
         tensor = torch.tensor([value], dtype=torch.float64, device=device)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+        dist.all_reduce(tensor, op=op)
         return tensor.item()
 
     def sync_buffers(self, module: nn.Module) -> None:
