@@ -40,8 +40,10 @@ def generator_from_option(checkpoint, runtime, say_precision=True):
     or a community model file: docs/models.md), on the runtime's device, the
     description of the model it recognised (the command prints it once its
     own checks pass), and the runtime to run it in: --precision auto timed
-    on this network (measured_runtime), logged with `say_precision` (upscale's
-    own line says it). SrganError for a file it cannot load."""
+    on this network (measured_runtime), said at the end of the description
+    with `say_precision` (upscale's own line says it), so that the command's
+    first line stays the model's and a refused input stays one line.
+    SrganError for a file it cannot load."""
     # torch loads here, not at start-up: srgan --help stays fast
     from srgan.models.checkpoint import load_described_generator
 
@@ -49,9 +51,7 @@ def generator_from_option(checkpoint, runtime, say_precision=True):
     generator = runtime.place(generator)
     measured = measured_runtime(generator, runtime)
     if say_precision and measured.chosen:
-        import logging
-
-        logging.getLogger("srgan").info("%s", measured.chosen)
+        model = f"{model}; {measured.chosen}"
     return generator, model, measured
 
 

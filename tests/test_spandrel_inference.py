@@ -112,11 +112,13 @@ def test_weight_files_read_back_by_spandrel_with_srgans_output(trained, suffix, 
 
 # SPAN: the plain graph (no size rule; realplksr's is the same path); SAFMN: the graph
 # pads to its multiple of 8 (ditn's rule, the same path). DAT and SwinIR: the window
-# reverse fixes the batch at the traced one, so their graph takes batch 1.
+# reverse fixes the batch at the traced one, so their graph takes batch 1; their export
+# takes 70 to 100 s here (two traces), too long for the suite: add "swinir" to the list
+# below to run it (docs/export.md has its figures, measured so).
 BATCH_ONE = ("dat", "swinir")
 
 
-@pytest.mark.parametrize("trained", ["span", "safmn", "swinir"], indirect=True)
+@pytest.mark.parametrize("trained", ["span", "safmn"], indirect=True)
 def test_onnx_runs_any_size_as_srgan_does(trained, tmp_path):
     """The graph pads to the size rule itself (SAFMN's and DITN's multiple of 8)."""
     pytest.importorskip("onnx")

@@ -60,7 +60,7 @@ from srgan.training.logs import (
     TensorBoard,
     open_tensorboard,
 )
-from srgan.training.micro_batch import Plan, least_micro_batch, plan_micro_batch, smaller_micro_batch
+from srgan.training.micro_batch import Plan, plan_micro_batch, smaller_micro_batch
 from srgan.training.pictures import SampleSheet, draw_curves
 from srgan.training.run_folder import RunFolder, recorded_precision
 from srgan.training.signals import StopSignals, TrainingInterrupted, ignore_interrupts_in_worker
@@ -226,7 +226,7 @@ class Trainer:
             raise SrganError(f"rank {self.world.rank}: another rank cannot fit one crop's step (its message says why)")
         assert plan is not None
         if agreed != plan.micro_batch:
-            plan = Plan(agreed, plan.batch, "the ranks' smallest")
+            plan = Plan(agreed, plan.batch, "the ranks' smallest", least=plan.least)
         return plan
 
     def open_run_folder(self, resume: Path | None) -> bool:
@@ -268,7 +268,7 @@ class Trainer:
         p, batch = self.progress, self.config.data.batch_size
         if p.micro_batch and self.plan.how != "pinned" and batch % p.micro_batch == 0:
             if p.micro_batch != self.plan.micro_batch:
-                self.plan = Plan(p.micro_batch, batch, "kept from the checkpoint")
+                self.plan = Plan(p.micro_batch, batch, "kept from the checkpoint", least=self.plan.least)
         else:
             p.micro_batch = self.plan.micro_batch
         self.parts.accumulate = batch // p.micro_batch
@@ -438,7 +438,7 @@ class Trainer:
                 stats = self.run_step(lr, hr, done)
                 break
             except (MemoryError, RuntimeError) as error:
-                smaller = smaller_micro_batch(self.config.data.batch_size, p.micro_batch, least_micro_batch(self.parts))
+                smaller = smaller_micro_batch(self.config.data.batch_size, p.micro_batch, self.plan.least)
                 if not is_out_of_memory(error) or smaller is None:
                     raise
                 reason = first_line(error, 120)

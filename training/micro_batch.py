@@ -45,6 +45,7 @@ class Plan:
     how: str  # measured, pinned, resumed, unmeasured
     peak: int | None = None
     available: int | None = None
+    least: int = 1  # the smallest micro-batch the networks train on: halving stops there
 
     @property
     def accumulate(self) -> int:
@@ -86,18 +87,24 @@ def plan_micro_batch(config: Config, parts: TrainingParts, gan: bool) -> Plan:
     batch, device = config.data.batch_size, parts.runtime.device
     pinned = pinned_micro_batch(config)
     if pinned is not None:
-        return Plan(pinned, batch, "pinned")
+        return Plan(pinned, batch, "pinned", least=least_micro_batch(parts))
     available = available_bytes(device)
     if available is None:
-        return Plan(batch, batch, "unmeasured")
+        return Plan(batch, batch, "unmeasured", least=least_micro_batch(parts))
     budget = int(available * MARGIN)
     crop, least = config.data.crop_size, least_micro_batch(parts)
-    fit = fit_peak(parts, config, gan, crop, tuple(n for n in (least, 2 * least) if n <= batch))
+    try:
+        fit = fit_peak(parts, config, gan, crop, tuple(n for n in (least, 2 * least) if n <= batch))
+    except ValueError as error:  # a BatchNorm on 1x1 features (VGG/U-Net D at a small crop) needs 2 samples
+        if least > 1 or batch < 2 or "Expected more than 1 value per channel" not in str(error):
+            raise
+        least = 2
+        fit = fit_peak(parts, config, gan, crop, tuple(n for n in (2, 4) if n <= batch))
     if fit is None or fit[0] + fit[1] * least > budget:
         raise SrganError(refusal(parts, config, gan, budget, available, fit))
     a, b = fit
     micro = max(n for n in range(least, batch + 1) if batch % n == 0 and a + b * n <= budget)
-    return Plan(micro, batch, "measured", peak=int(a + b * micro), available=available)
+    return Plan(micro, batch, "measured", peak=int(a + b * micro), available=available, least=least)
 
 
 def refusal(

@@ -151,39 +151,3 @@ def test_a_checkpoint_cannot_claim_huge_networks(srgan, tmp_path, model, culprit
     image = tmp_path / "p.png"
     Image.fromarray(skimage_photo("coffee")[:32, :32]).save(image)
     assert_refused(srgan("upscale", image, "-k", path), culprit)
-
-
-def test_a_training_batch_that_does_not_fit_is_one_line(photo_dir, tmp_path):
-    probe = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            (
-                "import srgan.training.loop, torch; "
-                "print([l for l in open('/proc/self/status') if l.startswith('VmPeak')][0].split()[1])"
-            ),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    limit = int(probe.stdout) * 1024 + (600 << 20)
-
-    def limited():
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    args = set_args(
-        tiny_overrides(
-            photo_dir,
-            tmp_path / "run",
-            "data.batch_size=256",
-            "data.crop_size=128",
-            "model.channels=64",
-            "data.repeat=100",
-        )
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "srgan.cli", "train", *args], capture_output=True, text=True, preexec_fn=limited
-    )
-    assert_refused(done, "out of memory")
-    assert "data.batch_size 256" in done.stderr
