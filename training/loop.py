@@ -62,6 +62,7 @@ from srgan.training.logs import (
 )
 from srgan.training.micro_batch import Plan, plan_micro_batch, smaller_micro_batch
 from srgan.training.pictures import SampleSheet, draw_curves
+from srgan.training.rng import rng_state, set_rng_state
 from srgan.training.run_folder import RunFolder, recorded_precision
 from srgan.training.signals import StopSignals, TrainingInterrupted, ignore_interrupts_in_worker
 from srgan.training.state import (
@@ -71,8 +72,6 @@ from srgan.training.state import (
     checkpoint_state,
     load_checkpoint,
     restore,
-    rng_state,
-    set_rng_state,
 )
 from srgan.training.step import TrainingParts, gan_step, generator_step
 from srgan.training.validation import checked_validation_set, validate

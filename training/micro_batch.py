@@ -23,7 +23,7 @@ from srgan.files.errors import SrganError
 from srgan.models.memory import available_bytes, measure_peak, status_bytes
 from srgan.models.runtime import is_out_of_memory
 from srgan.training.distributed import unwrap
-from srgan.training.state import rng_state, set_rng_state
+from srgan.training.rng import rng_state, set_rng_state
 from srgan.training.step import TrainingParts, gan_step, generator_step
 
 # The share of the memory at hand a planned step may take at its peak: the

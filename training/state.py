@@ -28,6 +28,7 @@ from srgan.models.checkpoint import (
 from srgan.models.discriminator import build_discriminator
 from srgan.training.distributed import unwrap
 from srgan.training.ema import GeneratorEMA
+from srgan.training.rng import as_tuples, rng_state, set_rng_state
 from srgan.training.step import TrainingParts
 
 # What every srgan checkpoint that a run can resume from holds (it may hold
@@ -207,11 +208,6 @@ def check_rng_state(rng: Any, origin: str) -> None:
         raise SrganError(f"{origin}: torch: not a state of torch's random generator") from None
 
 
-def as_tuples(value):
-    """random.setstate wants the tuples that a round trip may have turned into lists."""
-    return tuple(as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
 def check_metric_state(metrics: Any, origin: str) -> None:
     """Raise SrganError unless `metrics` holds the epoch's running sums and
     counts of the logged values (see training/logs.py)."""
@@ -297,25 +293,3 @@ def changed_settings(saved: dict, config: Config) -> list[str]:
 
     walk(saved, config_to_dict(config), "")
     return changes
-
-
-def rng_state() -> dict:
-    numpy_state = np.random.get_state()
-    assert isinstance(numpy_state, tuple)  # legacy=True, the default: MT19937's tuple
-    state = {
-        "python": random.getstate(),
-        "numpy": [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(as_tuples(state["python"]))
-    kind, keys, *rest = state["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), *rest))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])

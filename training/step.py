@@ -11,6 +11,7 @@ from srgan.losses import OBJECTIVES, GeneratorCriterion, image_loss
 from srgan.losses.sharpen import unsharp_mask
 from srgan.models import Runtime
 from srgan.training.distributed import unwrap
+from srgan.training.rng import rng_state, set_rng_state
 
 
 @dataclass
@@ -46,11 +47,11 @@ def gan_step(
     hr_for_d = hr_sharp if parts.criterion.sharpen.adversarial else hr
     micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, hr_sharp, hr_for_d)), strict=True))
     if done:
-        set_torch_rng(done["rng"])  # G's half draws what it drew the first time
+        set_rng_state(done["rng"])  # G's half draws what it drew the first time
         return {**done["d"], **g_half(parts, micro, None)}
     fakes, d_stats = d_half(parts, micro)
     if done is not None:
-        done.update(d=d_stats, rng=torch_rng())
+        done.update(d=d_stats, rng=rng_state())
     return {**d_stats, **g_half(parts, micro, fakes)}
 
 
@@ -134,17 +135,6 @@ def g_half(parts: TrainingParts, micro: list, fakes: list[torch.Tensor] | None) 
     scaler.step(parts.optimizer_g)
     scaler.update()
     return mean_rows(g_rows)
-
-
-def torch_rng() -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """torch's CPU and CUDA generator states (what a network's forward draws from)."""
-    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-
-
-def set_torch_rng(state: tuple[torch.Tensor, list[torch.Tensor]]) -> None:
-    torch.set_rng_state(state[0])
-    if state[1]:
-        torch.cuda.set_rng_state_all(state[1])
 
 
 def mean_rows(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

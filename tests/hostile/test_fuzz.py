@@ -123,7 +123,7 @@ def a_checkpoint() -> dict:
     torch.manual_seed(0)
     g, d = Generator(4, 1, 8), Discriminator(8)
     og, od = torch.optim.Adam(g.parameters()), torch.optim.Adam(d.parameters())
-    from srgan.training.state import rng_state
+    from srgan.training.rng import rng_state
 
     return {
         "generator": g.state_dict(),
