@@ -21,9 +21,10 @@ from srgan.data.samples import sample_paths
 from srgan.files.errors import SrganError, first_line
 from srgan.inference.export import onnx_session, require_export_extra
 from srgan.inference.tile_pad import tile_pad
-from srgan.inference.tiles import auto_tile, available_ram, check_upscale_memory, needs_tiles, upscale_tiled
+from srgan.inference.tiles import auto_tile, check_upscale_memory, needs_tiles, upscale_tiled
 from srgan.inference.upscale import inference_network, upscale_pixels
 from srgan.models import Runtime, SRGenerator
+from srgan.models.memory import mem_available
 
 
 def test_photo(width: int, height: int) -> np.ndarray:
@@ -63,7 +64,7 @@ def bench_upscale(
     SrganError when the result or the plain forward would not fit in memory,
     or the ONNX file cannot be loaded."""
     check_upscale_memory("--size", width, height, 1, generator.scale, None)
-    available = available_ram()
+    available = mem_available()
     # the plain forward holds the whole image's activations: the last x2 stage's, twice, in fp32
     plain_bytes = width * height * generator.scale**2 * generator.channels * 4 * 2
     if baseline and runtime.device.type == "cpu" and available is not None and plain_bytes > 0.8 * available:

@@ -175,11 +175,6 @@ def floor_tile(generator: SRGenerator) -> int:
     return -(-MIN_TILE // align) * align
 
 
-def available_ram() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), else None."""
-    return mem_available()
-
-
 def check_upscale_memory(
     source: Path | str, width: int, height: int, itemsize: int, scale: int, outscale: float | None
 ) -> None:
@@ -187,7 +182,7 @@ def check_upscale_memory(
     memory the system has available, before they are allocated: the output is
     held whole (4000x3000 at x4 is 576 MB of RGB, --outscale 2000 would be
     terabytes). Without /proc/meminfo it checks nothing."""
-    available = available_ram()
+    available = mem_available()
     if available is None:
         return
     needed = width * height * 3 * 4  # the input as float32
