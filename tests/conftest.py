@@ -74,7 +74,18 @@ def tiny_overrides(train_dir: Path, run_dir: Path, *extra: str) -> list[str]:
         "train.checkpoint_every=1",
         f"train.run_dir={run_dir}",
     ]
-    return values + list(extra)
+    return pin_micro_batch(values + list(extra))
+
+
+def pin_micro_batch(values: list[str]) -> list[str]:
+    """`values` with train.micro_batch pinned to the whole batch where they
+    leave it auto: the plan's trial steps (training/micro_batch.py, tested in
+    test_micro_batch.py) would cost every other run a second or so. Values
+    that name the micro-batch or train.accumulate keep theirs."""
+    if any(v.startswith(("train.micro_batch=", "train.accumulate=")) for v in values):
+        return values
+    batch = [v.split("=", 1)[1] for v in values if v.startswith("data.batch_size=")][-1]
+    return [*values, f"train.micro_batch={batch}"]
 
 
 def run_process(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

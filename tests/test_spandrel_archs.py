@@ -14,7 +14,7 @@ import torch
 import yaml
 from PIL import Image
 
-from conftest import skimage_photo, tiny_overrides
+from conftest import pin_micro_batch, skimage_photo, tiny_overrides
 from srgan.configs import config_to_dict, load_config
 from srgan.files.errors import SrganError
 from srgan.models import build_generator, resolve_architecture
@@ -50,8 +50,8 @@ CROP = {"dat": 64, "swinir": 64}  # their LR input: at least 16 px (spandrel's s
 
 
 def spandrel_overrides(arch, photo_dir, run_dir, *extra):
-    kept = [value for value in tiny_overrides(photo_dir, run_dir) if not value.startswith(SRGAN_ONLY)]
-    return [*kept, f"model.arch={arch}", *TINY[arch], f"data.crop_size={CROP.get(arch, 32)}", *extra]
+    kept = [v for v in tiny_overrides(photo_dir, run_dir) if not v.startswith((*SRGAN_ONLY, "train.micro_batch="))]
+    return pin_micro_batch([*kept, f"model.arch={arch}", *TINY[arch], f"data.crop_size={CROP.get(arch, 32)}", *extra])
 
 
 def tiny_model(arch, *extra):

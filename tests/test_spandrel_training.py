@@ -171,10 +171,11 @@ def test_a_sweep_over_model_arch_trains_each(photo_dir, srgan, tmp_path):
     """model.arch and its model.options swept together (the options differ
     between architectures), so that each stays tiny; one step each."""
     sweep = tmp_path / "sweep"
-    base = [value for value in spandrel_overrides("span", photo_dir, sweep) if not value.startswith("model.options")]
+    one_step = spandrel_overrides("span", photo_dir, sweep, "train.max_steps=1", "data.batch_size=1")
+    base = [value for value in one_step if not value.startswith("model.options")]
     options = {arch: TINY[arch][0].split("=", 1)[1] for arch in ("span", "realplksr")}
     variants = ",".join(f"{{arch: {arch}, options: {value}}}" for arch, value in options.items())
-    args = set_args([*base, "train.max_steps=1", "data.batch_size=1"])
+    args = set_args(base)
     result = srgan("train", *args, "--sweep", f"model={variants}")
     assert result.returncode == 0, result.stderr
     result = srgan("runs", sweep, "--json")
