@@ -342,6 +342,9 @@ class TrainConfig:
     # net_g_ema), e.g. 0.999; 0 = off. Validation and upscaling use it.
     ema_decay: float = 0.0
     tensorboard: bool = False  # also write TensorBoard scalars and images (needs tensorboard)
+    # Redraw curves.png at each epoch end (a second or so on a CPU); false: the
+    # CSV files alone, which `srgan plot` draws when asked.
+    curves: bool = True
     # Under torchrun: BatchNorm statistics over the whole global batch (CUDA only);
     # false: each rank normalises its own share of the batch.
     sync_bn: bool = False

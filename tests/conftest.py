@@ -22,14 +22,31 @@ def skimage_photo(name: str) -> np.ndarray:
     return getattr(skimage.data, name)()
 
 
+MEMORY_PROBES: dict[str, dict] = {}  # inference/tiles.py's "memory ..." cache entries the tests measured so far
+
+
 @pytest.fixture(autouse=True)
-def tile_pad_cache(tmp_path_factory, monkeypatch) -> Path:
+def tile_pad_cache(tmp_path_factory, monkeypatch, request):
     """Each test its own $XDG_CACHE_HOME, where `srgan upscale` caches the
     tile pads it measures (inference/tile_pad.py): never the user's cache,
-    and no test sees another's measurements."""
+    and no test sees another's pads. The memory a network's tiles take
+    (inference/tiles.py's probe, keyed by its shapes and runtime, never by
+    its weights) is handed from test to test, as one user's cache holds it:
+    measured once a network, not once a test. A test marked own_cache
+    starts from an empty cache."""
     folder = tmp_path_factory.mktemp("xdg_cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(folder))
-    return folder / "srgan" / "tile_pads.json"
+    path = folder / "srgan" / "tile_pads.json"
+    shared = request.node.get_closest_marker("own_cache") is None
+    if shared and MEMORY_PROBES:
+        from srgan.inference.tile_pad import write_cache
+
+        write_cache(path, dict(MEMORY_PROBES))
+    yield path
+    if shared and path.is_file() and not path.is_symlink():
+        from srgan.inference.tile_pad import read_cache
+
+        MEMORY_PROBES.update({k: v for k, v in read_cache(path).items() if k.startswith("memory ")})
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +89,7 @@ def tiny_overrides(train_dir: Path, run_dir: Path, *extra: str) -> list[str]:
         "train.device=cpu",
         "train.log_every=1",
         "train.checkpoint_every=1",
+        "train.curves=false",  # drawn in test_train.py; elsewhere a second a run
         f"train.run_dir={run_dir}",
     ]
     return pin_micro_batch(values + list(extra))

@@ -24,6 +24,8 @@ from srgan.models import Generator, Runtime
 from srgan.models.memory import available_bytes, measure_peak
 from srgan.models.runtime import is_out_of_memory
 
+pytestmark = pytest.mark.own_cache  # what a cache holds and when it measures is the subject
+
 CPU32 = Runtime(torch.device("cpu"), "fp32")
 ALLOCATOR = "DefaultCPUAllocator: can't allocate memory: you tried to allocate {} bytes. Error code 12"
 

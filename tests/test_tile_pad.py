@@ -17,6 +17,8 @@ from srgan.inference.tiles import upscale_tiled
 from srgan.models import Generator, Runtime
 from srgan.models.rrdb import RRDBNet
 
+pytestmark = pytest.mark.own_cache  # what a cache holds and when it measures is the subject
+
 CPU32 = Runtime(torch.device("cpu"), "fp32", channels_last=False)
 
 

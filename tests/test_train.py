@@ -31,7 +31,7 @@ def table(path):
 
 
 def test_validation_writes_scores_best_checkpoint_and_pictures(photo_dir, val_dir, tmp_path):
-    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=4"))
+    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=4", "train.curves=true"))
     epochs = table(run / "epochs.csv")
     assert [e["epoch"] for e in epochs] == ["1", "2"]
     assert all(float(e["psnr"]) > 0 and 0 < float(e["ssim"]) < 1 for e in epochs)
@@ -48,6 +48,11 @@ def test_validation_writes_scores_best_checkpoint_and_pictures(photo_dir, val_di
     sheet = Image.open(run / "samples" / "epoch_002.png")
     assert sheet.size == (3 * 96 + 2 * 8, 96)  # one validation image: bicubic | SR | HR
     assert Image.open(run / "curves.png").size[0] > 500
+
+
+def test_curves_off_leaves_the_csv_files_alone(photo_dir, val_dir, tmp_path):
+    run = train(tiny(photo_dir, val_dir, tmp_path / "run", "train.max_steps=2"))  # tiny_overrides: train.curves=false
+    assert not (run / "curves.png").exists() and (run / "validation.csv").is_file()
 
 
 def test_val_every_validates_on_steps(photo_dir, val_dir, tmp_path):

@@ -301,7 +301,7 @@ class Trainer:
     def start_session(self) -> None:
         """The sample crops drawn each epoch, the clocks, and run.json's "running"."""
         self.sheet = SampleSheet(self.val_images) if self.val_images is not None else None
-        self.draws_curves = True  # until matplotlib turns out to be missing
+        self.draws_curves = self.config.train.curves  # until matplotlib turns out to be missing
         self._interval = (time.perf_counter(), 0)  # start and steps of the current metrics row
         self._session = (time.perf_counter(), self.progress.wall_seconds)  # when this session began, time before it
         self.record("running")
