@@ -27,7 +27,7 @@ demo: $(STAMP)
 	@echo "look at: $(abspath $(DEMO_OUT)/comparison.png)  (bicubic | SR | original)"
 
 test: lint
-	$(BIN)/python -m pytest -q --durations=10
+	$(BIN)/python -m pytest -q -n 2 --durations=10  # a worker a core: see tests/conftest.py
 
 # Linter, formatter and type checker (settings in pyproject.toml); `make test` runs it first.
 lint: $(STAMP) typecheck-links

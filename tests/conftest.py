@@ -13,7 +13,10 @@ import pytest
 import torch
 from PIL import Image
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# One thread a pytest-xdist worker (`make test` runs one a core): the tests'
+# tiny tensors gain little from a second thread, and two workers keep both
+# cores busy through what is not torch (imports, files, subprocesses).
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1))
 
 
 def skimage_photo(name: str) -> np.ndarray:

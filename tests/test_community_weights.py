@@ -327,6 +327,8 @@ def finetune_settings(photo_dir, run_dir, *extra: str) -> list[str]:
         f"data.train={photo_dir}",
         "data.crop_size=32",
         "data.batch_size=2",
+        "train.micro_batch=2",  # the plan's trial steps are test_micro_batch's
+        "train.curves=false",
         "data.workers=0",
         "data.repeat=2",
         "loss.perceptual.weights=none",

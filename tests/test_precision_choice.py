@@ -18,6 +18,8 @@ from srgan.models import precision_choice as pc
 from srgan.training import train
 from test_reproducibility import assert_same_checkpoints
 
+pytestmark = pytest.mark.own_cache  # its tests lay out and damage the cache folder themselves
+
 CPU_AUTO = resolve_runtime("cpu", "auto", False)
 
 

@@ -182,7 +182,8 @@ TAMPERED = {
     "config a number": (edit(lambda p: p.update(config=3)), "config: expected a preset name or a YAML path, got 3"),
     "config unknown": (edit(lambda p: p.update(config="nope")), "no preset named 'nope'"),
     "overrides a string": (edit(lambda p: p.update(overrides="x=1")), "overrides: expected a list, got 'x=1'"),
-    "an override a number": (edit(lambda p: p["overrides"].append(1)), "overrides[19]: expected a string, got 1"),
+    # overrides[N], N the appended one's place
+    "an override a number": (edit(lambda p: p["overrides"].append(1)), "]: expected a string, got 1 (int)"),
     "an override wrong": (
         edit(lambda p: p["overrides"].append("train.epochs=many")),
         "train.epochs: expected an integer, got 'many'",
