@@ -31,11 +31,13 @@ def artefact_map(sr: torch.Tensor, hr: torch.Tensor, ema_sr: torch.Tensor) -> to
     """Nx1xHxW: the refined artefact map. The residual is summed over the
     channels (BasicSR's torch.sum, not a mean); the image's weight is the
     unbiased variance of its whole residual to the power 1/5, times each
-    pixel's local variance; zero where the EMA residual exceeds SR's. Like
+    pixel's local variance (the image's variance floored at 1e-20); zero
+    where the EMA residual exceeds SR's. Like
     BasicSR's, it is not detached: the gradient also flows through the map."""
     residual = (hr - sr).abs().sum(1, keepdim=True)
     ema_residual = (hr - ema_sr).abs().sum(1, keepdim=True)
-    image_weight = residual.flatten(1).var(dim=1, correction=1).pow(0.2)[:, None, None, None]
+    # the floor keeps the 1/5 power's gradient finite for an image SR already reproduces exactly
+    image_weight = residual.flatten(1).var(dim=1, correction=1).clamp_min(1e-20).pow(0.2)[:, None, None, None]
     weight = image_weight * local_variance(residual)
     return torch.where(residual < ema_residual, torch.zeros_like(weight), weight)
 

@@ -315,3 +315,11 @@ def test_a_tiny_run_with_every_term_logs_them_in_its_files(photo_dir, tmp_path):
     with open(tmp_path / "run" / "epochs.csv") as f:
         (epoch,) = list(csv.DictReader(f))
     assert all(float(epoch[term]) > 0 for term in TERMS), epoch
+
+
+def test_ldl_of_an_exact_image_is_zero_with_a_finite_gradient():
+    hr = torch.rand(1, 3, 8, 8, dtype=torch.float64)
+    sr = hr.clone().requires_grad_(True)
+    loss = ldl_loss(sr, hr, hr + 0.1)
+    (grad,) = torch.autograd.grad(loss, sr)
+    assert loss.item() == 0 and torch.isfinite(grad).all()
