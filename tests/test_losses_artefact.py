@@ -323,3 +323,27 @@ def test_ldl_of_an_exact_image_is_zero_with_a_finite_gradient():
     loss = ldl_loss(sr, hr, hr + 0.1)
     (grad,) = torch.autograd.grad(loss, sr)
     assert loss.item() == 0 and torch.isfinite(grad).all()
+
+
+def test_the_step_gives_ldl_the_ema_generators_output():
+    parts = parts_with("ldl")
+    gen = torch.Generator().manual_seed(2)
+    lr, hr = torch.rand(2, 3, 12, 12, generator=gen), torch.rand(2, 3, 24, 24, generator=gen)
+    assert parts.ema is not None
+    with torch.no_grad():
+        sr, ema_sr = parts.generator(lr), parts.ema(lr)
+    expected, own = ldl_loss(sr, hr, ema_sr).item(), ldl_loss(sr, hr, sr).item()
+    assert abs(expected - own) > 1e-3 * expected  # the EMA's output, not the generator's own, makes the map
+    assert generator_step(parts, lr, hr)["ldl"].item() == pytest.approx(expected, rel=1e-5)
+
+
+class NoForward(torch.nn.Module):
+    def forward(self, x):
+        raise AssertionError("the EMA generator ran though LDL is not weighted")
+
+
+def test_without_ldl_the_step_runs_no_ema_forward():
+    parts = parts_with("ffl")
+    parts.ema = NoForward()
+    stats = generator_step(parts, torch.rand(2, 3, 12, 12), torch.rand(2, 3, 24, 24))
+    assert set(stats) == {"g_loss", "ffl"}
