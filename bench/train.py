@@ -20,6 +20,7 @@ from srgan.files.errors import SrganError
 from srgan.models import resolve_architecture, resolve_runtime
 from srgan.models.precision_choice import for_training
 from srgan.models.runtime import set_deterministic
+from srgan.training.ema import GeneratorEMA
 from srgan.training.loop import build_parts
 from srgan.training.step import gan_step, generator_step
 
@@ -50,6 +51,8 @@ class StepBench:
         torch.manual_seed(t.seed)
         self.deterministic = t.deterministic
         self.parts = build_parts(config, self.runtime)
+        if self.parts.criterion.needs_ema:  # LDL: the EMA generator's forward is part of the step's cost
+            self.parts.ema = GeneratorEMA(self.parts.generator, t.ema_decay).model
         b, c, s = config.data.batch_size, config.data.crop_size, config.model.scale
         hr = torch.rand(b, 3, c, c)
         lr = F.interpolate(hr, scale_factor=1 / s, mode="bicubic").clamp(0, 1)

@@ -37,6 +37,8 @@ LIMITS = {
 # the largest SRResNet they allow (128 blocks x 512 channels).
 MAX_GENERATOR_PARAMETERS = 610_000_000
 MAX_SEED = 2**32 - 1  # NumPy's legacy seed is 32-bit
+LDL_WINDOW = 7  # LDL's local variance window (losses/ldl.py WINDOW)
+MS_SSIM_WINDOW = 11  # MS-SSIM's Gaussian window (losses/ms_ssim.py WINDOW): the least crop of one scale
 USM_REACH = 25  # the unsharp mask's 51 x 51 blur (losses/sharpen.py): pixels read each side
 MAX_KERNEL_SIZE = 41  # a degradation blur kernel's side (Real-ESRGAN's largest: 21)
 # train.device and the commands' --device: the devices srgan resolves (models/runtime.py).
@@ -240,9 +242,10 @@ def _check_data_loading(c: Config, origin: str) -> None:
 def _check_loss(c: Config, origin: str) -> None:
     """loss: the weights, the perceptual loss's VGG layers, and the crop they need."""
     need = _need(origin)
-    for term in ("image", "adversarial", "perceptual", "tv"):
+    for term in ("image", "adversarial", "perceptual", "tv", "ldl", "ffl", "ms_ssim", "colour", "luma"):
         weight = getattr(c.loss.weights, term)
         need(weight >= 0, f"loss.weights.{term}", "a weight of 0 or more", weight)
+    _check_artefact_terms(c, origin)
     network = c.loss.perceptual.network
     key = "loss.perceptual.layer" if c.loss.perceptual.layers is None else "loss.perceptual.layers"
     for layer, weight in perceptual_layers(c.loss.perceptual).items():
@@ -270,6 +273,46 @@ def _check_loss(c: Config, origin: str) -> None:
                 f"at least {2**pools} px: {key} {layer} comes after {pools} 2x2 poolings",
                 c.data.crop_size,
             )
+
+
+def _check_artefact_terms(c: Config, origin: str) -> None:
+    """loss: the options of LDL, FFL, MS-SSIM and the colour loss, and what
+    each needs of the crop and of train.ema_decay when it is weighted."""
+    need, w, crop = _need(origin), c.loss.weights, c.data.crop_size
+    need(0 <= c.loss.ms_ssim.alpha <= 1, "loss.ms_ssim.alpha", "a mix in [0, 1]", c.loss.ms_ssim.alpha)
+    need(c.loss.ffl.alpha > 0, "loss.ffl.alpha", "an exponent above 0", c.loss.ffl.alpha)
+    need(c.loss.colour.window >= 1, "loss.colour.window", "a block of at least 1 px", c.loss.colour.window)
+    if w.ldl > 0:
+        # BasicSR's LDL models need net_g_ema too: without it there is no map to refine
+        need(
+            c.train.ema_decay > 0,
+            "train.ema_decay",
+            "a decay in (0, 1) with loss.weights.ldl above 0 (LDL's artefact map is refined by the EMA "
+            "generator's residual)",
+            c.train.ema_decay,
+        )
+        need(
+            crop >= LDL_WINDOW,
+            "data.crop_size",
+            f"at least {LDL_WINDOW} px with loss.weights.ldl (its "
+            f"{LDL_WINDOW}x{LDL_WINDOW} window is reflected at the border)",
+            crop,
+        )
+    if w.ms_ssim > 0:
+        need(
+            crop >= MS_SSIM_WINDOW,
+            "data.crop_size",
+            f"at least {MS_SSIM_WINDOW} px with loss.weights.ms_ssim (one {MS_SSIM_WINDOW}x{MS_SSIM_WINDOW} "
+            "window; 5 scales need 176 px, a smaller crop takes fewer)",
+            crop,
+        )
+    if w.colour > 0:
+        need(
+            crop >= c.loss.colour.window,
+            "loss.colour.window",
+            f"a block no larger than data.crop_size ({crop} px) with loss.weights.colour",
+            c.loss.colour.window,
+        )
 
 
 def _check_crops(c: Config, origin: str) -> None:

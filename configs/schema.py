@@ -208,6 +208,33 @@ class LossWeights:
     adversarial: float = 1e-3
     perceptual: float = 6e-3
     tv: float = 0.0
+    # Artefact and colour terms (losses/ldl.py, frequency.py, ms_ssim.py, colour.py), 0: off.
+    ldl: float = 0.0  # LDL's artefact map (Liang et al. 2022); needs train.ema_decay > 0
+    ffl: float = 0.0  # focal frequency loss (Jiang et al. 2021)
+    ms_ssim: float = 0.0  # alpha (1 - MS-SSIM) + (1 - alpha) L1 (Zhao et al. 2017)
+    colour: float = 0.0  # L1 of the low-passed chroma (Cb, Cr)
+    luma: float = 0.0  # L1 of the luma (Y)
+
+
+@dataclass
+class MsSsimConfig:
+    # The mix of loss.weights.ms_ssim: alpha (1 - MS-SSIM) + (1 - alpha) L1; 0.84 is Zhao et al.'s.
+    alpha: float = 0.84
+    # rgb: on the three channels (MS-SSIM their mean); y: on BT.601 luma alone.
+    channel: Literal["rgb", "y"] = "rgb"
+
+
+@dataclass
+class ColourConfig:
+    # The colour loss compares the chroma averaged over blocks of this many
+    # pixels a side: texture may move within a block, its colour may not.
+    window: int = 8
+
+
+@dataclass
+class FrequencyConfig:
+    # The focal frequency loss's weight exponent: each frequency's error to this power.
+    alpha: float = 1.0
 
 
 @dataclass
@@ -248,6 +275,9 @@ class LossConfig:
     weights: LossWeights = field(default_factory=LossWeights)
     perceptual: PerceptualConfig = field(default_factory=PerceptualConfig)
     sharpen_targets: SharpenTargets = field(default_factory=SharpenTargets)
+    ms_ssim: MsSsimConfig = field(default_factory=MsSsimConfig)
+    colour: ColourConfig = field(default_factory=ColourConfig)
+    ffl: FrequencyConfig = field(default_factory=FrequencyConfig)
 
 
 @dataclass

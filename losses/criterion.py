@@ -1,5 +1,6 @@
 """GeneratorCriterion: the generator's objective, a weighted sum of image,
-adversarial, perceptual (VGG) and total-variation terms."""
+adversarial, perceptual (VGG) and total-variation terms, and the artefact
+and colour terms: LDL, focal frequency, MS-SSIM + L1, colour and luma."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from torch import nn
 
 from srgan.configs.schema import LossConfig
 from srgan.losses.adversarial import OBJECTIVES
+from srgan.losses.colour import colour_loss, luma_loss
+from srgan.losses.frequency import focal_frequency_loss
+from srgan.losses.ldl import ldl_loss
+from srgan.losses.ms_ssim import ms_ssim_l1_loss
 from srgan.losses.perceptual import VGGFeatures, build_vgg_features, perceptual_loss
 from srgan.losses.pixel import image_loss, tv_loss
 
@@ -29,7 +34,17 @@ class GeneratorCriterion(nn.Module):
             "adversarial": config.weights.adversarial,
             "perceptual": config.weights.perceptual,
             "tv": config.weights.tv,
+            "ldl": config.weights.ldl,
+            "ffl": config.weights.ffl,
+            "ms_ssim": config.weights.ms_ssim,
+            "colour": config.weights.colour,
+            "luma": config.weights.luma,
         }
+        self.ms_ssim_options, self.colour_window, self.ffl_alpha = (
+            config.ms_ssim,
+            config.colour.window,
+            config.ffl.alpha,
+        )
         if self.weights["perceptual"] > 0 and vgg is None:
             vgg = build_vgg_features(config.perceptual)
         self.vgg = vgg if self.weights["perceptual"] > 0 else None
@@ -41,13 +56,16 @@ class GeneratorCriterion(nn.Module):
         fake_logit: torch.Tensor | None,
         real_logit: torch.Tensor | None = None,
         hr_sharp: torch.Tensor | None = None,
+        ema_sr: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """`fake_logit` is D(G(z)) under the current D; None leaves the
         adversarial term out (the generator-only pretraining phase).
         `real_logit` is D(x) under the same D, for objectives that need it
         (relativistic), computed without gradient. `hr_sharp`: the unsharp-
         masked HR (losses/sharpen.py), the target of the terms that
-        `self.sharpen` names; needed when it names image or perceptual."""
+        `self.sharpen` names; needed when it names image or perceptual.
+        `ema_sr`: the EMA generator's output for the same LR, without
+        gradient; needed when the ldl weight is above 0 (self.needs_ema)."""
         terms: dict[str, torch.Tensor] = {}
         if self.weights["image"] > 0:
             terms["image"] = image_loss(sr.float(), self.target(hr, hr_sharp, self.sharpen.image), self.image_kind)
@@ -58,11 +76,28 @@ class GeneratorCriterion(nn.Module):
             terms["perceptual"] = perceptual_loss(self.vgg, sr, target, self.perceptual_criterion)
         if self.weights["tv"] > 0:
             terms["tv"] = tv_loss(sr.float())
+        if self.needs_ema:
+            assert ema_sr is not None, "loss.weights.ldl is above 0: the step passes the EMA generator's output"
+            terms["ldl"] = ldl_loss(sr.float(), hr, ema_sr.float())
+        if self.weights["ffl"] > 0:
+            terms["ffl"] = focal_frequency_loss(sr, hr, self.ffl_alpha)
+        if self.weights["ms_ssim"] > 0:
+            options = self.ms_ssim_options
+            terms["ms_ssim"] = ms_ssim_l1_loss(sr, hr, options.alpha, options.channel)
+        if self.weights["colour"] > 0:
+            terms["colour"] = colour_loss(sr, hr, self.colour_window)
+        if self.weights["luma"] > 0:
+            terms["luma"] = luma_loss(sr, hr)
         if not terms:
             return sr.sum() * 0.0, terms  # every weight 0: a zero loss that still backpropagates
         total = sum(self.weights[name] * value for name, value in terms.items())
         assert isinstance(total, torch.Tensor)  # `terms` is not empty, so sum() never returns its start, 0
         return total, terms
+
+    @property
+    def needs_ema(self) -> bool:
+        """Whether the step must pass the EMA generator's output (LDL is weighted)."""
+        return self.weights["ldl"] > 0
 
     @staticmethod
     def target(hr: torch.Tensor, hr_sharp: torch.Tensor | None, sharpened: bool) -> torch.Tensor:

@@ -339,6 +339,7 @@ def finetune_settings(photo_dir, run_dir, *extra: str) -> list[str]:
         "train.device=cpu",
         "train.log_every=1",
         "train.ema_decay=0",
+        "loss.weights.ldl=0",  # the preset's LDL needs an EMA, which these runs keep off
         f"train.run_dir={run_dir}",
         *extra,
     ]

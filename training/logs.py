@@ -29,7 +29,8 @@ from srgan.metrics.learned import BACKBONES
 
 log = logging.getLogger("srgan")
 
-LOSS_TERMS = ("image", "adversarial", "perceptual", "tv")
+ARTEFACT_TERMS = ("ldl", "ffl", "ms_ssim", "colour", "luma")  # losses/criterion.py's artefact and colour terms
+LOSS_TERMS = ("image", "adversarial", "perceptual", "tv", *ARTEFACT_TERMS)
 EPOCH_COLUMNS = ("epoch", "step", "d_loss", "g_loss", "d_score", "g_score", *LOSS_TERMS, "psnr", "ssim", "seconds")
 VALIDATION_COLUMNS = ("epoch", "step", "psnr", "ssim", "bicubic_psnr", "bicubic_ssim")
 LEARNED_METRICS = tuple(BACKBONES)  # each chosen one adds its column and bicubic's, in this order

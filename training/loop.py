@@ -53,6 +53,7 @@ from srgan.training.distributed import World, unwrap
 from srgan.training.ema import GeneratorEMA
 from srgan.training.init_from import InitWeights, read_init_files, start_from
 from srgan.training.logs import (
+    ARTEFACT_TERMS,
     LEARNED_METRICS,
     MetricLog,
     NonFiniteLoss,
@@ -202,6 +203,8 @@ class Trainer:
         t = self.config.train
         self.parts = build_parts(self.config, self.runtime)
         self.ema = GeneratorEMA(self.parts.generator, t.ema_decay) if t.ema_decay > 0 else None
+        if self.parts.criterion.needs_ema:  # LDL's map: the config check made sure there is an EMA
+            self.parts.ema = self.ema.model if self.ema is not None else None
         self.gan = self.config.loss.weights.adversarial > 0  # else SRResNet training: D is never updated
 
     def plan_micro_batch(self) -> Plan:
@@ -875,8 +878,10 @@ def default_run_dir(config: Config) -> Path:
 
 
 def describe(epoch: int, epochs: int, row: dict) -> str:
-    """The progress bar's text: [epoch/epochs] d_loss g_loss d_score g_score."""
-    shown = [f"{name} {row[name]:.4f}" for name in ("d_loss", "g_loss", "d_score", "g_score") if name in row]
+    """The progress bar's text: [epoch/epochs] d_loss g_loss d_score g_score,
+    then the artefact and colour terms a run weights (ldl ffl ms_ssim colour luma)."""
+    names = ("d_loss", "g_loss", "d_score", "g_score", *ARTEFACT_TERMS)  # the artefact and colour terms when weighted
+    shown = [f"{name} {row[name]:.4f}" for name in names if name in row]
     return f"[{epoch}/{epochs}] " + " ".join(shown)
 
 

@@ -231,4 +231,5 @@ def copy_parts(parts: TrainingParts) -> TrainingParts:
         d_loss=parts.d_loss,
         update=parts.update,
         accumulate=1,
+        ema=parts.ema,  # evaluated without gradient: sharing it changes nothing
     )

@@ -28,6 +28,7 @@ class TrainingParts:
     d_loss: str  # the GAN objective: bce, linear or relativistic (losses/adversarial.py)
     update: str  # retain_graph or detach
     accumulate: int = 1  # micro-batches whose gradients each optimizer step sums (train.accumulate)
+    ema: nn.Module | None = None  # the EMA generator, set when the criterion needs its output (LDL)
 
 
 def gan_step(
@@ -127,7 +128,7 @@ def g_half(parts: TrainingParts, micro: list, fakes: list[torch.Tensor] | None) 
                     fake = G(x)
                 with torch.no_grad():
                     real_logit_g = judge(real_for_d) if objective.needs_real else None
-                g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g, real_sharp)
+                g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g, real_sharp, ema_output(parts, x))
             scaler.scale(g_loss / k).backward()
             g_rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
     finally:  # also after an out-of-memory error, which the trainer survives
@@ -135,6 +136,16 @@ def g_half(parts: TrainingParts, micro: list, fakes: list[torch.Tensor] | None) 
     scaler.step(parts.optimizer_g)
     scaler.update()
     return mean_rows(g_rows)
+
+
+def ema_output(parts: TrainingParts, x: torch.Tensor) -> torch.Tensor | None:
+    """The EMA generator's SR of `x`, without gradient, when the criterion
+    needs it (LDL's map); None, and no forward, otherwise."""
+    if not parts.criterion.needs_ema:
+        return None
+    assert parts.ema is not None, "loss.weights.ldl needs train.ema_decay > 0: the config check says so"
+    with torch.no_grad():
+        return parts.ema(x)
 
 
 def mean_rows(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -162,7 +173,7 @@ def generator_step(
                 terms = {"image": image_loss(fake.float(), target, criterion.image_kind)}
                 g_loss = terms["image"]
             else:
-                g_loss, terms = criterion(fake, real, None, None, real_sharp)
+                g_loss, terms = criterion(fake, real, None, None, real_sharp, ema_output(parts, x))
         parts.scaler.scale(g_loss / len(micro)).backward()
         rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
     parts.scaler.step(parts.optimizer_g)
