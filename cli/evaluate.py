@@ -83,9 +83,11 @@ def compare(
         ),
     ] = None,
     alphas: Annotated[
-        str,
-        typer.Option("--alphas", help="With --blend: comma-separated, 0 (the checkpoint) to 1 (the --blend)."),
-    ] = "0,0.5,1",
+        str | None,
+        typer.Option(
+            "--alphas", help="With --blend: comma-separated, 0 (the checkpoint) to 1 (the --blend); default 0,0.5,1."
+        ),
+    ] = None,
 ) -> None:
     """Write bicubic | SR | original side by side for one photo, each panel with its scores (with --blend:
     bicubic | SR at each alpha | original)."""
@@ -96,7 +98,9 @@ def compare(
     if output.suffix.lower() != ".png":
         raise SrganError(f"-o {output}: expected a file name ending in .png")
     names = parse_metric_names(metrics, "--metrics")
-    strip = None if blend is None else alphas_option(alphas)
+    if blend is None and alphas is not None:
+        raise SrganError("--alphas: applies with --blend only (the generator to blend with)")
+    strip = None if blend is None else alphas_option(alphas or "0,0.5,1")
     check_output(output, force, inputs=(image,))  # before loading anything
     degradation = degrade_option(degrade, lr)
     runtime = runtime_from_options(device, precision)

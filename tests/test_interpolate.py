@@ -163,6 +163,8 @@ def test_compare_draws_a_strip_of_alphas(ends, tmp_path):
     strip = np.asarray(Image.open(out))
     assert strip.shape == (48, 5 * 44 + 4 * GAP, 3)
     assert_refused(run_cli("compare", a, tmp_path / "hr.png", "--blend", b, "--alphas", "0,2", "-o", out), "--alphas")
+    alone = run_cli("compare", a, tmp_path / "hr.png", "--alphas", "0,1", "-o", out)
+    assert_refused(alone, "applies with --blend only")
 
 
 def test_a_run_saves_its_generator_at_the_end_of_the_psnr_phase(photo_dir, tmp_path):
