@@ -14,7 +14,7 @@ import warnings
 import typer
 from PIL import Image
 
-from srgan.cli import bench, degrade, evaluate, export, plot, prepare, runs, train, upscale
+from srgan.cli import bench, degrade, evaluate, export, interpolate, plot, prepare, runs, train, upscale
 from srgan.files.errors import SrganError
 from srgan.files.inputs import command_inputs
 
@@ -33,6 +33,7 @@ app.command("runs")(runs.runs)
 app.command("prepare")(prepare.prepare)
 app.command("samples")(train.samples)
 app.command("export")(export.export)
+app.command("interpolate")(interpolate.interpolate)
 app.command("degrade")(degrade.degrade)
 
 config_app = typer.Typer(no_args_is_help=True, help="The config presets and how a config resolves.")

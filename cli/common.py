@@ -35,19 +35,37 @@ def runtime_from_options(device: str, precision: str):
     return resolve_runtime(device, precision)
 
 
-def generator_from_option(checkpoint, runtime, say_precision=True):
+BLEND_HELP = (
+    "A second generator of the --checkpoint's architecture and shape (any file --checkpoint takes), blended "
+    "with it weight by weight before the work, as `srgan interpolate` blends (docs/interpolate.md)."
+)
+BLEND_ALPHA_HELP = "With --blend: (1 - a) * checkpoint + a * blend; 0 is the --checkpoint, 1 the --blend; 0 to 1."
+
+
+def generator_from_option(checkpoint, runtime, say_precision=True, blend=None, blend_alpha=None):
     """The generator of a --checkpoint (an srgan checkpoint file or run folder,
     or a community model file: docs/models.md), on the runtime's device, the
     description of the model it recognised (the command prints it once its
     own checks pass), and the runtime to run it in: --precision auto timed
     on this network (measured_runtime), said at the end of the description
     with `say_precision` (upscale's own line says it), so that the command's
-    first line stays the model's and a refused input stays one line.
-    SrganError for a file it cannot load."""
+    first line stays the model's and a refused input stays one line. With a
+    --blend file, the two generators blended at `blend_alpha` (default 0.5;
+    models/interpolate.py). SrganError for a file it cannot load, a
+    --blend-alpha without --blend or outside [0, 1], and a --blend of
+    another architecture or shape."""
     # torch loads here, not at start-up: srgan --help stays fast
     from srgan.models.checkpoint import load_described_generator
 
-    generator, model = load_described_generator(checkpoint)
+    if blend is None:
+        if blend_alpha is not None:
+            raise SrganError("--blend-alpha: applies with --blend only (the generator to blend with)")
+        generator, model = load_described_generator(checkpoint)
+    else:
+        from srgan.models.interpolate import check_alpha, load_blended_generator
+
+        alpha = check_alpha(0.5 if blend_alpha is None else blend_alpha, "--blend-alpha")
+        generator, model = load_blended_generator(checkpoint, blend, alpha)
     generator = runtime.place(generator)
     measured = measured_runtime(generator, runtime)
     if say_precision and measured.chosen:

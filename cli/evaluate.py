@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from srgan.cli.common import CHECKPOINT_HELP, DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
+from srgan.cli.common import (
+    BLEND_ALPHA_HELP,
+    BLEND_HELP,
+    CHECKPOINT_HELP,
+    DEVICE_HELP,
+    PRECISION_HELP,
+    generator_from_option,
+    runtime_from_options,
+)
 from srgan.files import check_output, write_text
 from srgan.files.errors import SrganError
 
@@ -66,8 +74,23 @@ def compare(
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
     metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr",
+    blend: Annotated[
+        Path | None,
+        typer.Option(
+            "--blend",
+            help="A second generator of the checkpoint's architecture and shape: the SR panel becomes a strip, "
+            "the two blended at each of --alphas (docs/interpolate.md).",
+        ),
+    ] = None,
+    alphas: Annotated[
+        str | None,
+        typer.Option(
+            "--alphas", help="With --blend: comma-separated, 0 (the checkpoint) to 1 (the --blend); default 0,0.5,1."
+        ),
+    ] = None,
 ) -> None:
-    """Write bicubic | SR | original side by side for one photo, each panel with its scores."""
+    """Write bicubic | SR | original side by side for one photo, each panel with its scores (with --blend:
+    bicubic | SR at each alpha | original)."""
     # torch loads here, not at start-up: srgan --help stays fast
     from srgan.inference.compare import compare_picture
     from srgan.metrics import CONVENTION, ImageScores, parse_metric_names
@@ -75,27 +98,66 @@ def compare(
     if output.suffix.lower() != ".png":
         raise SrganError(f"-o {output}: expected a file name ending in .png")
     names = parse_metric_names(metrics, "--metrics")
+    if blend is None and alphas is not None:
+        raise SrganError("--alphas: applies with --blend only (the generator to blend with)")
+    strip = None if blend is None else alphas_option(alphas or "0,0.5,1")
     check_output(output, force, inputs=(image,))  # before loading anything
     degradation = degrade_option(degrade, lr)
     runtime = runtime_from_options(device, precision)
     scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
     generator, model, runtime = generator_from_option(checkpoint, runtime)
+    other = None
+    if blend is not None:
+        from srgan.models.checkpoint import load_described_generator
+
+        other, blended = load_described_generator(blend)
+        other = runtime.place(other)
+        model = f"{model}; blended with {blended}"
     result = compare_picture(
-        generator, runtime, image, output, force, scores, model=model, lr_path=lr, degrade=degradation
+        generator,
+        runtime,
+        image,
+        output,
+        force,
+        scores,
+        model=model,
+        lr_path=lr,
+        degrade=degradation,
+        blend=None if other is None or strip is None else (other, strip),
     )
+    panels = [key for key in result if key != "bicubic"]
     shown = []
     for name in names:
-        bicubic, sr = result["bicubic"][name], result["sr"][name]
-        if name == "psnr":
-            shown.append(f"PSNR bicubic {bicubic:.2f} dB, SR {sr:.2f} dB")
-        else:
-            shown.append(f"{name.upper().replace('_', '-')} bicubic {bicubic:.4f}, SR {sr:.4f}")
+        values = [f"{'SR' if key == 'sr' else key} " + number(name, result[key][name]) for key in panels]
+        shown.append(f"{name.upper().replace('_', '-')} bicubic {number(name, result['bicubic'][name])}, ")
+        shown[-1] += ", ".join(values)
+        if name != "psnr":
             warning = scores.learned[name].warning
             if warning:
                 shown[-1] += f" (WARNING {warning})"
     convention = f" ({CONVENTION.format(scale=generator.scale)})" if {"psnr", "ssim"} & set(names) else ""
     source = "given" if lr is not None else "bicubic" if degrade is None else degrade
-    typer.echo(f"{output}: bicubic | SR | original; LR by {source}; {'; '.join(shown)}{convention}")
+    middle = "SR" if blend is None else " | ".join(panels)
+    typer.echo(f"{output}: bicubic | {middle} | original; LR by {source}; {'; '.join(shown)}{convention}")
+
+
+def number(metric: str, value: float) -> str:
+    return f"{value:.2f} dB" if metric == "psnr" else f"{value:.4f}"
+
+
+def alphas_option(value: str) -> tuple[float, ...]:
+    """--alphas "0,0.5,1" -> (0.0, 0.5, 1.0); SrganError for anything but numbers in [0, 1], repeated none."""
+    from srgan.models.interpolate import check_alpha
+
+    try:
+        alphas = tuple(float(part) for part in value.split(","))
+    except ValueError:
+        raise SrganError(f"--alphas: expected comma-separated numbers from 0 to 1, got {value!r}") from None
+    for alpha in alphas:
+        check_alpha(alpha, "--alphas")
+    if len(set(alphas)) != len(alphas):
+        raise SrganError(f"--alphas: {value!r} repeats an alpha")
+    return alphas
 
 
 def evaluate(
@@ -117,6 +179,8 @@ def evaluate(
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP + " Default fp32: figures to quote.")] = "fp32",
     metrics: Annotated[str, typer.Option("--metrics", help=METRICS_HELP)] = "psnr,ssim",
+    blend: Annotated[Path | None, typer.Option("--blend", help=BLEND_HELP)] = None,
+    blend_alpha: Annotated[float | None, typer.Option("--blend-alpha", help=BLEND_ALPHA_HELP)] = None,
 ) -> None:
     """PSNR/SSIM (and LPIPS, DISTS) of SR and of bicubic per image and on average, as the literature computes them."""
     # torch loads here, not at start-up: srgan --help stays fast
@@ -129,7 +193,7 @@ def evaluate(
     degradation = degrade_option(degrade, lr)
     runtime = runtime_from_options(device, precision)
     scores = ImageScores(names, runtime.device, "--metrics")  # a missing weight file stops here, before the work
-    generator, model, runtime = generator_from_option(checkpoint, runtime)
+    generator, model, runtime = generator_from_option(checkpoint, runtime, blend=blend, blend_alpha=blend_alpha)
     result = evaluate_folders(
         generator, runtime, folders, scores=scores, model=model, lr_folder=lr, degrade=degradation
     )

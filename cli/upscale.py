@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from srgan.cli.common import CHECKPOINT_HELP, DEVICE_HELP, PRECISION_HELP, generator_from_option, runtime_from_options
+from srgan.cli.common import (
+    BLEND_ALPHA_HELP,
+    BLEND_HELP,
+    CHECKPOINT_HELP,
+    DEVICE_HELP,
+    PRECISION_HELP,
+    generator_from_option,
+    runtime_from_options,
+)
 from srgan.files.errors import SrganError
 
 
@@ -86,6 +94,8 @@ def upscale(
         ),
     ] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing outputs.")] = False,
+    blend: Annotated[Path | None, typer.Option("--blend", help=BLEND_HELP)] = None,
+    blend_alpha: Annotated[float | None, typer.Option("--blend-alpha", help=BLEND_ALPHA_HELP)] = None,
     device: Annotated[str, typer.Option(help=DEVICE_HELP)] = "auto",
     precision: Annotated[str, typer.Option(help=PRECISION_HELP)] = "auto",
 ) -> None:
@@ -111,7 +121,9 @@ def upscale(
         compare=compare,
     )
     runtime = runtime_from_options(device, precision)
-    generator, model, runtime = generator_from_option(checkpoint, runtime, say_precision=False)
+    generator, model, runtime = generator_from_option(
+        checkpoint, runtime, say_precision=False, blend=blend, blend_alpha=blend_alpha
+    )
     report = upscale_files(generator, runtime, inputs, output, options, model)  # SIGTERM: see cli/app.py
     for written in report.written:
         typer.echo(written)

@@ -333,6 +333,9 @@ class TrainConfig:
     # Steps of the generator alone on the image loss before the GAN phase
     # (the paper's SRResNet initialisation, in the same run).
     pretrain_steps: int = 0
+    # Write checkpoints/pretrained.pt, the generator as that phase ends, when
+    # it has steps: the smooth end of `srgan interpolate` against the run's GAN generator.
+    save_pretrained: bool = True
     lr_g: float = 1e-4
     lr_d: float = 1e-4
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # Adam's

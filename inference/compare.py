@@ -3,12 +3,14 @@ version is made here: the quickest look at what a model does."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image, ImageDraw
+from torch import nn
 
 from srgan.configs.schema import RealEsrganDegradation
 from srgan.data import bicubic_downscale, load_rgb8
@@ -25,6 +27,7 @@ from srgan.inference.tiles import OutOfMemoryAtFloor
 from srgan.inference.upscale import upscale_rgb8
 from srgan.metrics import ImageScores
 from srgan.models import Runtime, SRGenerator
+from srgan.models.interpolate import blend_generators
 
 log = logging.getLogger("srgan")
 
@@ -80,6 +83,7 @@ def compare_picture(
     model: str = "",
     lr_path: Path | None = None,
     degrade: tuple[RealEsrganDegradation, int] | None = None,
+    blend: tuple[nn.Module, tuple[float, ...]] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Write bicubic | SR | original for one HR photo to `out_path`, each panel
     labelled with its `scores` (default: Y-channel PSNR), and return those
@@ -89,7 +93,11 @@ def compare_picture(
     the same stem in that folder); or, with `degrade` (settings, seed), the HR
     degraded as `srgan evaluate --degrade` degrades it. Raises SrganError for
     an existing output without `force`, a file that does not decode, an LR
-    whose size does not match the HR's, and a photo too small for the scale."""
+    whose size does not match the HR's, and a photo too small for the scale.
+    With `blend` (a generator B of the generator's shape, and alphas), the
+    SR panel is a strip: one panel per alpha, the generator blended with B
+    there (models/interpolate.py), each labelled "alpha 0.5" with its scores,
+    returned under that label; SrganError for a B of another shape."""
     if lr_path is not None:
         lr_path = lr_partner(image_path, lr_path)
     check_output(out_path, force, inputs=(image_path,) if lr_path is None else (image_path, lr_path))  # before the work
@@ -105,23 +113,34 @@ def compare_picture(
     generator.eval()
     lr = model_input(hr, given_lr, generator.scale, degrade, image_path.stem)
     bicubic = bicubic_upscale(lr, generator.scale)
-    try:
-        sr = upscale_rgb8(generator, lr, runtime)
-    except OutOfMemoryAtFloor as error:  # the tiler does not know the file's name
-        raise SrganError(f"{image_path}: {error}") from None
+    networks = {"sr": generator}
+    if blend is not None:
+        other, alphas = blend
+        networks = {f"alpha {a:g}": blended_copy(generator, other, a) for a in alphas}
 
     def chw(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(a)).permute(2, 0, 1)
 
     border = generator.scale
-    result = {"bicubic": scores(chw(bicubic), chw(hr), border), "sr": scores(chw(sr), chw(hr), border)}
-    panels = [
-        labelled(bicubic, f"bicubic {score_label(result['bicubic'])}"),
-        labelled(sr, f"SR {score_label(result['sr'])}"),
-        labelled(hr, "original"),
-    ]
+    result = {"bicubic": scores(chw(bicubic), chw(hr), border)}
+    panels = [labelled(bicubic, f"bicubic {score_label(result['bicubic'])}")]
+    for name, network in networks.items():
+        try:
+            sr = upscale_rgb8(network, lr, runtime)
+        except OutOfMemoryAtFloor as error:  # the tiler does not know the file's name
+            raise SrganError(f"{image_path}: {error}") from None
+        result[name] = scores(chw(sr), chw(hr), border)
+        panels.append(labelled(sr, f"{'SR' if name == 'sr' else name} {score_label(result[name])}"))
+    panels.append(labelled(hr, "original"))
     write_png(side_by_side(panels), out_path, overwrite=force, inputs=(image_path,))
     return result
+
+
+def blended_copy(generator: SRGenerator, other: nn.Module, alpha: float) -> SRGenerator:
+    """A copy of `generator` blended with `other` at `alpha` (the generator itself at 0)."""
+    if alpha == 0.0:
+        return generator
+    return blend_generators(copy.deepcopy(generator), other, alpha, "--blend", "the checkpoint").eval()
 
 
 def score_label(scores: dict[str, float]) -> str:

@@ -67,11 +67,13 @@ from srgan.training.rng import rng_state, set_rng_state
 from srgan.training.run_folder import RunFolder, recorded_precision
 from srgan.training.signals import StopSignals, TrainingInterrupted, ignore_interrupts_in_worker
 from srgan.training.state import (
+    PRETRAINED_NAME,
     Progress,
     changed_settings,
     check_same_architecture,
     checkpoint_state,
     load_checkpoint,
+    pretrained_state,
     restore,
 )
 from srgan.training.step import TrainingParts, gan_step, generator_step
@@ -451,6 +453,8 @@ class Trainer:
         if self.ema is not None:
             self.ema.update(unwrap(self.parts.generator))
         self.ledger.took_step()
+        if p.step == t.pretrain_steps and t.save_pretrained:
+            self.save_pretrained()
         self.metrics.add(p.step, stats)
         start, steps = self._interval
         self._interval = (start, steps + 1)
@@ -629,6 +633,15 @@ class Trainer:
         for path in targets:
             save_checkpoint(path, state)
         self.record("running")
+
+    def save_pretrained(self) -> None:
+        """Write checkpoints/pretrained.pt, the generator at the end of the PSNR
+        phase, once, at the step that ends it (a resume from before that step
+        reaches it again and writes the same bits)."""
+        self.world.sync_buffers(self.parts.generator)  # every rank: a collective under DDP
+        if self.world.is_main:
+            state = pretrained_state(self.parts, self.ema, self.config, self.progress.step)
+            save_checkpoint(self.folder.checkpoints / PRETRAINED_NAME, state)
 
     def generator_to_score(self) -> SRGenerator:
         """What validation, the pictures and upscaling use: the EMA weights when kept."""

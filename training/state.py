@@ -92,6 +92,22 @@ def checkpoint_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Con
     return state
 
 
+# The generator as the PSNR phase (train.pretrain_steps) leaves it, beside last.pt:
+# one run gives both ends of `srgan interpolate` (docs/interpolate.md).
+PRETRAINED_NAME = "pretrained.pt"
+
+
+def pretrained_state(parts: TrainingParts, ema: GeneratorEMA | None, config: Config, step: int) -> dict:
+    """The generator-only checkpoint of checkpoints/pretrained.pt: the
+    generator (and its EMA), the run's config and the step, what every
+    reader of a generator file takes (not a resume: nothing of D, the
+    optimizers or the RNG)."""
+    state = {"generator": unwrap(parts.generator).state_dict(), "config": config_to_dict(config), "step": step}
+    if ema is not None:
+        state["generator_ema"] = ema.model.state_dict()
+    return state
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """The checkpoint at `path` (a .pt file, or a run folder's
     checkpoints/last.pt), checked to hold everything a resume needs
