@@ -22,7 +22,8 @@ from srgan.files.errors import SrganError
 
 METRICS_HELP = (
     "Comma-separated: psnr, ssim (Y channel), lpips (AlexNet), lpips_vgg, dists (RGB, lower is better; "
-    "these need the metrics extra and torchvision's ImageNet weights in TORCH_HOME/hub/checkpoints)."
+    "these need the metrics extra and torchvision's ImageNet weights in TORCH_HOME/hub/checkpoints), ciede2000 "
+    "(colour drift in CIELAB: mean and 99th-percentile CIEDE2000, lower is better, and the a*/b* shifts of SR - HR)."
 )
 
 
@@ -132,7 +133,7 @@ def compare(
         shown.append(f"{name.upper().replace('_', '-')} bicubic {number(name, result['bicubic'][name])}, ")
         shown[-1] += ", ".join(values)
         if name != "psnr":
-            warning = scores.learned[name].warning
+            warning = scores.learned[name].warning if name in scores.learned else None
             if warning:
                 shown[-1] += f" (WARNING {warning})"
     convention = f" ({CONVENTION.format(scale=generator.scale)})" if {"psnr", "ssim"} & set(names) else ""

@@ -44,7 +44,8 @@ def plot(
         str,
         typer.Option(
             "--metric",
-            help="The validation metric drawn: psnr, ssim, lpips, lpips_vgg or dists (those the runs validated with).",
+            help="The validation metric drawn: psnr, ssim, lpips, lpips_vgg, dists or ciede2000 (those the runs "
+            "validated with).",
         ),
     ] = "psnr",
 ) -> None:

@@ -321,8 +321,10 @@ class LrSchedule:
 
 
 # Image quality metrics (metrics/): PSNR and SSIM on Y; LPIPS (AlexNet;
-# lpips_vgg: VGG16) and DISTS, learned distances on RGB that need ImageNet weights.
-MetricName = Literal["psnr", "ssim", "lpips", "lpips_vgg", "dists"]
+# lpips_vgg: VGG16) and DISTS, learned distances on RGB that need ImageNet weights;
+# ciede2000, the colour drift (metrics/colour.py): its mean, 99th percentile and
+# the a*/b* shifts, lower is better (best_by follows the mean).
+MetricName = Literal["psnr", "ssim", "lpips", "lpips_vgg", "dists", "ciede2000"]
 METRIC_NAMES: tuple[str, ...] = get_args(MetricName)
 
 
@@ -367,7 +369,7 @@ class TrainConfig:
     # What validation scores; lpips, lpips_vgg and dists need ImageNet weights (docs/training.md "Reading the numbers").
     val_metrics: list[MetricName] = field(default_factory=lambda: ["psnr", "ssim"])
     best_by: MetricName = (
-        "psnr"  # the val_metrics entry that picks checkpoints/best.pt (lower is better for learned ones)
+        "psnr"  # the val_metrics entry that picks checkpoints/best.pt (lower is better for learned ones and ciede2000)
     )
     save_every: int = 0  # steps between writes of checkpoints/last.pt; 0 = at epoch ends only
     checkpoint_every: int = 1  # epochs between kept checkpoints/epoch_NNN.pt

@@ -1,4 +1,4 @@
-"""`srgan evaluate`: PSNR/SSIM (and LPIPS, DISTS when asked) of SR and of
+"""`srgan evaluate`: PSNR/SSIM (and LPIPS, DISTS, CIEDE2000 when asked) of SR and of
 bicubic on folders of HR images (or single ones), in the literature's
 convention (the HR cropped to a multiple of the scale, its LR made by bicubic
 downscaling; PSNR/SSIM on Y with `scale` px shaved, the learned ones on RGB)."""
@@ -150,7 +150,7 @@ def evaluate_folders(
                 )
     return {
         "scale": scale,
-        "metrics": list(scores.names),
+        "metrics": list(scores.columns),  # ciede2000 gives four: its mean, p99 and the a*, b* shifts
         "convention": CONVENTION.format(scale=scale),
         "lr_folder": None if lr_folder is None else str(lr_folder),  # None: LR made from the HR, as "lr" says
         "lr": "given"
@@ -185,11 +185,17 @@ def format_table(result: dict) -> str:
     gain = "psnr" in metrics
     if gain:
         header += f"  {'gain dB':>7}"
-    lower = [m for m in metrics if m in LOWER_IS_BETTER]
+    lower = [m for m in metrics if m in LOWER_IS_BETTER and m in _LEARNED]
     lines = [
         f"x{result['scale']}, {' / '.join(_TITLES[m] for m in metrics)}"
         + (f" on the {result['convention']}" if {"psnr", "ssim"} & set(metrics) else "")
         + (f"; {', '.join(lower)}: on RGB, the whole image, lower is better" if lower else "")
+        + (
+            f"; CIEDE2000: CIELAB (D65), {result['scale']} px border shaved, lower is better; "
+            "shift_a/b: SR - HR (a* + red, - green; b* + yellow, - blue)"
+            if "ciede2000" in metrics
+            else ""
+        )
         + (
             f"; LR inputs from {_one_line(result['lr_folder'])}"
             if result.get("lr_folder")
@@ -203,10 +209,8 @@ def format_table(result: dict) -> str:
         if im is None:
             lines.append("-" * len(lines[1]))
             continue
-        line = f"{_one_line(im['name']):<{width}}  " + " ".join(
-            f"{im['sr'][m]:{_width(m)}{_FORMATS[m]}}" for m in metrics
-        )
-        line += "  " + " ".join(f"{im['bicubic'][m]:{_width(m, 8)}{_FORMATS[m]}}" for m in metrics)
+        line = f"{_one_line(im['name']):<{width}}  " + " ".join(_cell(im["sr"][m], m, _width(m)) for m in metrics)
+        line += "  " + " ".join(_cell(im["bicubic"][m], m, _width(m, 8)) for m in metrics)
         if gain:
             line += f"  {im['gain_psnr']:+7.2f}"
         lines.append(line)
@@ -216,8 +220,35 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-_TITLES = {"psnr": "PSNR (dB)", "ssim": "SSIM", "lpips": "LPIPS", "lpips_vgg": "LPIPS-VGG", "dists": "DISTS"}
-_FORMATS = {"psnr": ".2f", "ssim": ".4f", "lpips": ".4f", "lpips_vgg": ".4f", "dists": ".4f"}
+_TITLES = {
+    "psnr": "PSNR (dB)",
+    "ssim": "SSIM",
+    "lpips": "LPIPS",
+    "lpips_vgg": "LPIPS-VGG",
+    "dists": "DISTS",
+    "ciede2000": "CIEDE2000 mean",
+    "ciede2000_p99": "p99",
+    "shift_a": "a* shift",
+    "shift_b": "b* shift",
+}
+_FORMATS = {
+    "psnr": ".2f",
+    "ssim": ".4f",
+    "lpips": ".4f",
+    "lpips_vgg": ".4f",
+    "dists": ".4f",
+    "ciede2000": ".3f",
+    "ciede2000_p99": ".3f",
+    "shift_a": "+.3f",
+    "shift_b": "+.3f",
+}
+_LEARNED = ("lpips", "lpips_vgg", "dists")
+
+
+def _cell(value: float, metric: str, width: int) -> str:
+    """A score right-aligned in its column, signed where the sign is the point (the a*/b* shifts)."""
+    fmt = _FORMATS[metric]
+    return format(value, f"+{width}{fmt[1:]}" if fmt.startswith("+") else f"{width}{fmt}")
 
 
 def _width(metric: str, prefix: int = 3) -> int:

@@ -26,6 +26,7 @@ from srgan.files import DiskFull, parse_json, read_regular_text, write_text
 from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.files.errors import SrganError
 from srgan.metrics.learned import BACKBONES
+from srgan.metrics.scores import metric_columns
 
 log = logging.getLogger("srgan")
 
@@ -33,18 +34,20 @@ ARTEFACT_TERMS = ("ldl", "ffl", "ms_ssim", "colour", "luma")  # losses/criterion
 LOSS_TERMS = ("image", "adversarial", "perceptual", "tv", *ARTEFACT_TERMS)
 EPOCH_COLUMNS = ("epoch", "step", "d_loss", "g_loss", "d_score", "g_score", *LOSS_TERMS, "psnr", "ssim", "seconds")
 VALIDATION_COLUMNS = ("epoch", "step", "psnr", "ssim", "bicubic_psnr", "bicubic_ssim")
-LEARNED_METRICS = tuple(BACKBONES)  # each chosen one adds its column and bicubic's, in this order
+LEARNED_METRICS = tuple(BACKBONES)
+# the metrics beyond PSNR/SSIM: each chosen one adds its columns (metric_columns) and bicubic's, in this order
+OPTIONAL_METRICS = (*LEARNED_METRICS, "ciede2000")
 
 
 def epoch_columns(val_metrics: Sequence[str]) -> tuple[str, ...]:
-    """epochs.csv's header: the losses, PSNR/SSIM and seconds, then the chosen learned metrics."""
-    return EPOCH_COLUMNS + tuple(name for name in LEARNED_METRICS if name in val_metrics)
+    """epochs.csv's header: the losses, PSNR/SSIM and seconds, then the chosen optional metrics' columns."""
+    return EPOCH_COLUMNS + metric_columns([name for name in OPTIONAL_METRICS if name in val_metrics])
 
 
 def validation_columns(val_metrics: Sequence[str]) -> tuple[str, ...]:
-    """validation.csv's header: PSNR/SSIM always (empty when not chosen), then the chosen learned metrics."""
-    learned = [name for name in LEARNED_METRICS if name in val_metrics]
-    return VALIDATION_COLUMNS + tuple(column for name in learned for column in (name, f"bicubic_{name}"))
+    """validation.csv's header: PSNR/SSIM always (empty when not chosen), then the chosen optional metrics' columns."""
+    chosen = metric_columns([name for name in OPTIONAL_METRICS if name in val_metrics])
+    return VALIDATION_COLUMNS + tuple(column for name in chosen for column in (name, f"bicubic_{name}"))
 
 
 # A metrics row is a few hundred bytes, so this limit allows about a million
@@ -255,22 +258,22 @@ def read_run_logs(run_dir: Path) -> tuple[list[dict], list[dict]]:
 
 def read_validation_csv(path: Path) -> list[dict]:
     """validation.csv's rows, in whichever columns train.val_metrics gave it
-    (validation_columns); a learned metric it lacks reads as empty."""
+    (validation_columns); an optional metric it lacks reads as empty."""
     return _read_with_learned_metrics(path, validation_columns)
 
 
 def read_epochs_csv(path: Path) -> list[dict]:
     """epochs.csv's rows, in whichever columns train.val_metrics gave it
-    (epoch_columns); a learned metric it lacks reads as empty."""
+    (epoch_columns); an optional metric it lacks reads as empty."""
     return _read_with_learned_metrics(path, epoch_columns)
 
 
 def _read_with_learned_metrics(path: Path, columns: Callable[[Sequence[str]], tuple[str, ...]]) -> list[dict]:
     first = read_regular_text(path, MAX_LOG_BYTES, "log").split("\n", 1)[0]
     header = next(csv.reader([first]), [])
-    learned = [name for name in LEARNED_METRICS if name in header]
-    rows = read_csv(path, columns(learned))  # refuses any other header, naming the file
-    return [{**{column: "" for column in columns(LEARNED_METRICS)}, **row} for row in rows]
+    chosen = [name for name in OPTIONAL_METRICS if name in header]
+    rows = read_csv(path, columns(chosen))  # refuses any other header, naming the file
+    return [{**{column: "" for column in columns(OPTIONAL_METRICS)}, **row} for row in rows]
 
 
 def is_number(value) -> bool:

@@ -35,7 +35,7 @@ from srgan.files import DiskFull
 from srgan.files.atomic import FULL_DISK_ERRNOS
 from srgan.files.errors import RunFailed, SrganError, first_line
 from srgan.losses import GeneratorCriterion
-from srgan.metrics import ImageScores, better, worst_score
+from srgan.metrics import ImageScores, better, metric_columns, worst_score
 from srgan.models import (
     Runtime,
     SRGenerator,
@@ -54,7 +54,7 @@ from srgan.training.ema import GeneratorEMA
 from srgan.training.init_from import InitWeights, read_init_files, start_from
 from srgan.training.logs import (
     ARTEFACT_TERMS,
-    LEARNED_METRICS,
+    OPTIONAL_METRICS,
     MetricLog,
     NonFiniteLoss,
     QuietFileHandler,
@@ -341,7 +341,8 @@ class Trainer:
         if self.val_images is not None:
             log.info(
                 "validation: %d images; bicubic %s (PSNR/SSIM: Y channel, %d px border shaved; "
-                "LPIPS/DISTS: RGB, lower is better); best.pt by %s",
+                "LPIPS/DISTS: RGB, lower is better; CIEDE2000: CIELAB, lower is better, shift_a/b: SR - HR); "
+                "best.pt by %s",
                 len(self.val_images),
                 describe_scores(self.bicubic),
                 config.model.scale,
@@ -540,7 +541,8 @@ class Trainer:
                 "psnr": scores.get("psnr"),
                 "ssim": scores.get("ssim"),
                 "seconds": round(time.perf_counter() - started, 3),
-                **{name: scores.get(name) for name in LEARNED_METRICS},  # epochs.csv has the chosen ones
+                # epochs.csv has the chosen ones
+                **{name: scores.get(name) for name in metric_columns(OPTIONAL_METRICS)},
             },
             finished=complete,
         )
@@ -581,7 +583,7 @@ class Trainer:
         totals = self.world.total(
             torch.tensor([*sums, count], dtype=torch.float64, device=self.runtime.device)
         ).tolist()
-        means = {name: total / totals[-1] for name, total in zip(self.scores.names, totals, strict=False)}
+        means = {name: total / totals[-1] for name, total in zip(self.scores.columns, totals, strict=False)}
         best_by = self.config.train.best_by
         undefined = [name for name, value in means.items() if not math.isfinite(value)]
         if undefined:  # a NaN never becomes the best (it beats nothing); a later finite value still can
@@ -928,10 +930,12 @@ def redraw_curves(run_dir: Path, metric: str = "psnr") -> bool:
 
 
 def describe_scores(scores: dict[str, float]) -> str:
-    """`psnr 28.12 ssim 0.7812 lpips 0.2345`: a validation's means, for the log."""
-    return " ".join(
-        f"{name} {value:.2f}" if name == "psnr" else f"{name} {value:.4f}" for name, value in scores.items()
-    )
+    """`psnr 28.12 ssim 0.7812 lpips 0.2345 ciede2000 2.31 ciede2000_p99 7.80 shift_a +0.12 shift_b -0.40`:
+    a validation's means, for the log (the shifts signed: which way the colour went)."""
+    return " ".join(f"{name} {format(value, _LOG_FORMATS.get(name, '.4f'))}" for name, value in scores.items())
+
+
+_LOG_FORMATS = {"psnr": ".2f", "ciede2000": ".2f", "ciede2000_p99": ".2f", "shift_a": "+.2f", "shift_b": "+.2f"}
 
 
 def seed_everything(seed: int) -> None:

@@ -27,6 +27,7 @@ VALIDATION_TITLES = {
     "lpips": "validation LPIPS (AlexNet; lower is better)",
     "lpips_vgg": "validation LPIPS (VGG; lower is better)",
     "dists": "validation DISTS (lower is better)",
+    "ciede2000": "validation mean CIEDE2000 (colour difference; lower is better)",
 }
 SAMPLE_LR_SIDE = 32  # LR pixels a side of each sample crop
 

@@ -20,7 +20,7 @@ from srgan.files import parse_json, read_regular_text
 from srgan.files.errors import SrganError
 from srgan.files.lock import holder_alive, read_holder
 from srgan.metrics import parse_metric_names
-from srgan.training.logs import LEARNED_METRICS, is_number, read_run_logs
+from srgan.training.logs import OPTIONAL_METRICS, is_number, read_run_logs
 from srgan.training.pictures import draw_curves
 from srgan.training.run_folder import STATES, STATUS_NAME
 
@@ -208,8 +208,11 @@ def summarize(run: Path) -> dict:
         "last_ssim": None,
         "bicubic_psnr": None,
         "bicubic_ssim": None,
-        # the learned metrics (lower is better), for the runs that validated with them
-        **{f"{kind}_{name}": None for name in LEARNED_METRICS for kind in ("best", "last", "bicubic")},
+        # the learned metrics and the colour difference (lower is better), for the runs that validated with them
+        **{f"{kind}_{name}": None for name in OPTIONAL_METRICS for kind in ("best", "last", "bicubic")},
+        # which way the colour went at the last validation (SR - HR), beside ciede2000
+        "last_shift_a": None,
+        "last_shift_b": None,
         **{name: None for name in GAN_VALUES},
         "wall_seconds": None,
         "problem": None,
@@ -234,8 +237,10 @@ def summarize(run: Path) -> dict:
         if scored:
             # the last too: a GAN phase trades PSNR away after the best, which "best" alone would hide
             row.update(last_psnr=_number(scored[-1]["psnr"]), last_ssim=_number(scored[-1]["ssim"]))
-        for name in LEARNED_METRICS:
+        for name in OPTIONAL_METRICS:
             chosen = [v for v in validations if v[name] and math.isfinite(float(v[name]))]
+            if chosen and name == "ciede2000":
+                row.update(last_shift_a=_number(chosen[-1]["shift_a"]), last_shift_b=_number(chosen[-1]["shift_b"]))
             if chosen:
                 least = min(chosen, key=lambda v: float(v[name]))
                 row.update(
@@ -374,7 +379,7 @@ def format_runs(rows: list[dict], root: Path | None = None) -> str:
         return "-" if value is None else format(value, fmt)
 
     keys = {key for r in rows for key in r["changes"]}
-    learned = [name for name in LEARNED_METRICS if any(r[f"best_{name}"] is not None for r in rows)]  # a column each
+    learned = [name for name in OPTIONAL_METRICS if any(r[f"best_{name}"] is not None for r in rows)]  # a column each
     last = [key.split(".")[-1] for key in keys]
     short = {key: key if last.count(key.split(".")[-1]) > 1 else key.split(".")[-1] for key in keys}
     table = [
@@ -386,6 +391,7 @@ def format_runs(rows: list[dict], root: Path | None = None) -> str:
             "PSNR best / last / bicubic",
             "SSIM best / last / bicubic",
             *(f"{name.upper().replace('_', '-')} best / last / bicubic" for name in learned),
+            *(["a*/b* shift last"] if "ciede2000" in learned else []),
             *GAN_VALUES,
             "wall",
             "settings that differ from the preset",
@@ -409,6 +415,11 @@ def format_runs(rows: list[dict], root: Path | None = None) -> str:
                 *(
                     " / ".join(show(r[f"{kind}_{name}"], ".4f") for kind in ("best", "last", "bicubic"))
                     for name in learned
+                ),
+                *(
+                    [f"{show(r['last_shift_a'], '+.2f')} / {show(r['last_shift_b'], '+.2f')}"]
+                    if "ciede2000" in learned
+                    else []
                 ),
                 *(show(r[n], ".4f") for n in GAN_VALUES),
                 wall,

@@ -16,7 +16,7 @@ from srgan.configs import Config, config_from_dict, config_to_dict
 from srgan.configs.schema import METRIC_NAMES
 from srgan.files import read_torch_file
 from srgan.files.errors import SrganError
-from srgan.metrics import worst_score
+from srgan.metrics import metric_columns, worst_score
 from srgan.models.build import ARCHITECTURE_KEYS
 from srgan.models.checkpoint import (
     check_finite,
@@ -159,7 +159,11 @@ def check_checkpoint(state: dict[str, Any], origin: str) -> None:
         isinstance(last, dict)
         and isinstance(last.get("step"), int)
         and isinstance(last.get("best"), (int, float))
-        and all(k in METRIC_NAMES and isinstance(v, (int, float)) for k, v in last.items() if k not in ("step", "best"))
+        and all(
+            k in metric_columns(METRIC_NAMES) and isinstance(v, (int, float))
+            for k, v in last.items()
+            if k not in ("step", "best")
+        )
     ):
         raise SrganError(f"{origin}: last_validation: expected step, best and the metrics' numbers")
     check_metric_state(state.get("metrics", {}), f"{origin}: metrics")

@@ -1,5 +1,5 @@
 """Validation during training: train.val_metrics (PSNR/SSIM in the
-literature's convention, LPIPS, DISTS), one image at a time (memory stays
+literature's convention, LPIPS, DISTS, the CIEDE2000 colour drift), one image at a time (memory stays
 flat whatever the size of the set)."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def checked_validation_set(
     hours later. Raises SrganError when no image decodes."""
     every = validation_images(images, scale, max_size, degradation, seed)
     usable: list[int] = []
-    sums = dict.fromkeys(scores.names, 0.0)
+    sums = dict.fromkeys(scores.columns, 0.0)
     for i in range(len(every)):
         try:
             _, lr, hr = every[i]
@@ -64,13 +64,13 @@ def checked_validation_set(
 def validate(
     generator: SRGenerator, images: ValImages, runtime: Runtime, scores: ImageScores, indices: range | None = None
 ) -> tuple[list[float], int]:
-    """Sums of each of `scores`' metrics (in its order) of the generator's
+    """Sums of each of `scores`' columns (in its order) of the generator's
     output (rounded to 8 bits) over the images at `indices` (default: all),
     and their count; tiled as `srgan upscale` is, so a large image costs no
     more memory. Sums, so that ranks that score shares of the set add up to
     the whole set's mean."""
     network = inference_network(generator, runtime)  # an eval-mode copy: training is untouched
-    sums, count = [0.0] * len(scores.names), 0
+    sums, count = [0.0] * len(scores.columns), 0
     for i in range(len(images)) if indices is None else indices:
         _, lr, hr = images[i]
         lr8 = quantize(lr).permute(1, 2, 0).numpy()
