@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from srgan.losses.colour import rgb_to_ycbcr
+from srgan.metrics.psnr_ssim import gaussian_window
 
 WEIGHTS = (0.0448, 0.2856, 0.3001, 0.2363, 0.1333)
 WINDOW = 11
@@ -39,18 +40,16 @@ def scales_for(size: int) -> int:
     return n
 
 
-def gaussian_window(channels: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def depthwise_window(channels: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The WINDOW x WINDOW Gaussian (sum 1) as a depthwise conv weight, channels x 1 x WINDOW x WINDOW."""
-    x = torch.arange(WINDOW, dtype=dtype, device=device) - (WINDOW - 1) / 2
-    g = torch.exp(-(x**2) / (2 * SIGMA**2))
-    g = g / g.sum()
-    return (g[:, None] * g[None, :]).expand(channels, 1, WINDOW, WINDOW).contiguous()
+    window = gaussian_window(WINDOW, SIGMA).to(device=device, dtype=dtype)
+    return window.expand(channels, 1, WINDOW, WINDOW).contiguous()
 
 
 def ssim_terms(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """NxCxHxW -> (SSIM, contrast-structure), each the mean over the valid
     positions, per image and channel (NxC); population (co)variances."""
-    window = gaussian_window(a.shape[1], a.dtype, a.device)
+    window = depthwise_window(a.shape[1], a.dtype, a.device)
 
     def blur(x: torch.Tensor) -> torch.Tensor:
         return F.conv2d(x, window, groups=a.shape[1])

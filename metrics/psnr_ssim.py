@@ -36,18 +36,20 @@ def psnr_y(sr8: torch.Tensor, hr8: torch.Tensor, border: int) -> float:
     return float("inf") if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
-def _gaussian_window(size: int = 11, sigma: float = 1.5) -> torch.Tensor:
+def gaussian_window(size: int = 11, sigma: float = 1.5) -> torch.Tensor:
+    """The size x size Gaussian of `sigma`, summing to 1, in float64: SSIM's
+    window here and MS-SSIM's in losses/ms_ssim.py."""
     x = torch.arange(size, dtype=torch.float64) - (size - 1) / 2
     g = torch.exp(-(x**2) / (2 * sigma**2))
     g = g / g.sum()
-    return (g[:, None] * g[None, :])[None, None]
+    return g[:, None] * g[None, :]
 
 
 def ssim_y(sr8: torch.Tensor, hr8: torch.Tensor, border: int) -> float:
     """SSIM of two 3xHxW uint8 images on Y, borders shaved (data range 255)."""
     a = shave(rgb8_to_y(sr8), border)[None, None]
     b = shave(rgb8_to_y(hr8), border)[None, None]
-    window = _gaussian_window().to(a.device)
+    window = gaussian_window()[None, None].to(a.device)
     c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
     # 'valid' filtering: the same values scikit-image keeps after cropping
     # the (window - 1) / 2 pixels its filter padded.

@@ -259,16 +259,16 @@ def read_run_logs(run_dir: Path) -> tuple[list[dict], list[dict]]:
 def read_validation_csv(path: Path) -> list[dict]:
     """validation.csv's rows, in whichever columns train.val_metrics gave it
     (validation_columns); an optional metric it lacks reads as empty."""
-    return _read_with_learned_metrics(path, validation_columns)
+    return _read_with_optional_metrics(path, validation_columns)
 
 
 def read_epochs_csv(path: Path) -> list[dict]:
     """epochs.csv's rows, in whichever columns train.val_metrics gave it
     (epoch_columns); an optional metric it lacks reads as empty."""
-    return _read_with_learned_metrics(path, epoch_columns)
+    return _read_with_optional_metrics(path, epoch_columns)
 
 
-def _read_with_learned_metrics(path: Path, columns: Callable[[Sequence[str]], tuple[str, ...]]) -> list[dict]:
+def _read_with_optional_metrics(path: Path, columns: Callable[[Sequence[str]], tuple[str, ...]]) -> list[dict]:
     first = read_regular_text(path, MAX_LOG_BYTES, "log").split("\n", 1)[0]
     header = next(csv.reader([first]), [])
     chosen = [name for name in OPTIONAL_METRICS if name in header]

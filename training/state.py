@@ -31,6 +31,8 @@ from srgan.training.ema import GeneratorEMA
 from srgan.training.rng import as_tuples, rng_state, set_rng_state
 from srgan.training.step import TrainingParts
 
+METRIC_COLUMNS = metric_columns(METRIC_NAMES)  # every score a validation may record
+
 # What every srgan checkpoint that a run can resume from holds (it may hold
 # more: generator_ema, scaler, rng, metrics, the validation counters).
 REQUIRED_KEYS = ("generator", "discriminator", "optimizer_g", "optimizer_d", "epoch", "step", "config")
@@ -160,9 +162,7 @@ def check_checkpoint(state: dict[str, Any], origin: str) -> None:
         and isinstance(last.get("step"), int)
         and isinstance(last.get("best"), (int, float))
         and all(
-            k in metric_columns(METRIC_NAMES) and isinstance(v, (int, float))
-            for k, v in last.items()
-            if k not in ("step", "best")
+            k in METRIC_COLUMNS and isinstance(v, (int, float)) for k, v in last.items() if k not in ("step", "best")
         )
     ):
         raise SrganError(f"{origin}: last_validation: expected step, best and the metrics' numbers")
