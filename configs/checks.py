@@ -66,6 +66,7 @@ def check_config(config: Config, raw: dict, origin: str = "config") -> None:
         _check_val_metrics,
         _check_data_loading,
         _check_loss,
+        _check_gan,
         _check_crops,
         _check_accumulate,
         _check_train,
@@ -335,6 +336,15 @@ def _check_crops(c: Config, origin: str) -> None:
             "upsampling path adds back)",
             crop,
         )
+    if c.gan.discriminator == "patchgan":
+        smallest = 3 * 2**c.gan.patchgan_layers
+        need(
+            crop >= smallest,
+            "data.crop_size",
+            f"at least {smallest} px with gan.discriminator patchgan and {c.gan.patchgan_layers} layers (each "
+            "stride-2 conv halves the crop, then two 4x4 convs each take a pixel off)",
+            crop,
+        )
     if c.loss.sharpen_targets.any:
         need(
             c.data.crop_size > USM_REACH,
@@ -343,6 +353,23 @@ def _check_crops(c: Config, origin: str) -> None:
             "each side, reflected at the border)",
             c.data.crop_size,
         )
+
+
+def _check_gan(c: Config, origin: str) -> None:
+    """The PatchGAN's depth (the crop it needs: _check_crops, next), R1, the
+    adversarial warm-up and gradient clipping."""
+    need, g = _need(origin), c.gan
+    need(1 <= g.patchgan_layers <= 6, "gan.patchgan_layers", "1 to 6 stride-2 layers", g.patchgan_layers)
+    need(g.r1 >= 0, "gan.r1", "0 (off) or a positive weight", g.r1)
+    need(g.r1_every >= 1, "gan.r1_every", "at least 1 (steps between R1 penalties)", g.r1_every)
+    need(
+        not (g.r1 > 0 and c.train.compile),
+        "train.compile",
+        "false with gan.r1 (the penalty differentiates D's input gradient; torch.compile has no double backward)",
+        c.train.compile,
+    )
+    need(g.warmup_steps >= 0, "gan.warmup_steps", "0 (off) or more steps", g.warmup_steps)
+    need(c.train.grad_clip >= 0, "train.grad_clip", "0 (off) or a positive gradient norm", c.train.grad_clip)
 
 
 def _check_accumulate(c: Config, origin: str) -> None:

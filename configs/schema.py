@@ -287,16 +287,31 @@ class GanConfig:
     # relativistic: ESRGAN's relativistic average GAN; D: BCE of C(x) - E[C(G(z))]
     # toward 1 and of C(G(z)) - E[C(x)] toward 0, each half weighted 1/2; G: the
     # same with the targets swapped. C is D's logit; the means are over the batch
-    # (and over pixels for the U-Net D).
-    d_loss: Literal["bce", "linear", "relativistic"] = "bce"
+    # (and over pixels for the U-Net and PatchGAN Ds). hinge: max(0, 1 - C(x)) +
+    # max(0, 1 + C(G(z))) (and -C(G(z)) for G). lsgan: (C(x) - 1)^2 + C(G(z))^2
+    # (and (C(G(z)) - 1)^2 for G), as BasicSR's.
+    d_loss: Literal["bce", "linear", "relativistic", "hinge", "lsgan"] = "bce"
     # retain_graph: d_loss.backward(retain_graph=True) through D(G(z));
     # detach: D(G(z).detach()). The same mathematics either way.
     update: Literal["retain_graph", "detach"] = "retain_graph"
     # srgan: the paper's (any crop). vgg: ESRGAN's VGG-style D (BasicSR's
     # VGGStyleDiscriminator; crops a multiple of 32, up to 512 px). unet:
     # Real-ESRGAN's U-Net with spectral norm, a logit per pixel (crops a
-    # multiple of 8). model.d_channels is the first width of each.
-    discriminator: Literal["srgan", "vgg", "unet"] = "srgan"
+    # multiple of 8). patchgan: pix2pix's n-layer PatchGAN with spectral norm in
+    # place of its BatchNorm, a logit per 70x70 patch with 3 layers (crops of at
+    # least 2^layers x 3 px). model.d_channels is the first width of each.
+    discriminator: Literal["srgan", "vgg", "unet", "patchgan"] = "srgan"
+    # The PatchGAN's stride-2 convolutions (pix2pix's n_layers): 3 judges 70 px
+    # patches, each more about doubles the patch.
+    patchgan_layers: int = 3
+    # R1 gradient penalty on real images (Mescheder et al. 2018): D's loss gains
+    # r1 / 2 * E[|grad_x C(x)|^2]. 0: off. Lazy, as StyleGAN2: computed on one
+    # step in r1_every, scaled by r1_every so that its average pull is the same.
+    r1: float = 0.0
+    r1_every: int = 16
+    # Steps over which the adversarial weight rises linearly from 0 to
+    # loss.weights.adversarial, from the first GAN step (after train.pretrain_steps).
+    warmup_steps: int = 0
     # The discriminator weights this run starts from: an srgan checkpoint or
     # run folder, or a BasicSR/Real-ESRGAN state dict (RealESRGAN_x4plus_netD.pth
     # for unet; VGGStyleDiscriminator for vgg), .pth or .safetensors. As
@@ -354,6 +369,10 @@ class TrainConfig:
     # accumulate crops each) before each optimizer step, for both networks:
     # a GPU that cannot hold the batch at once still trains on it.
     accumulate: int = 1
+    # Clip each network's gradient to this total (L2) norm before its optimizer
+    # step; 0: off. When on, g_grad_norm and d_grad_norm (the norms before
+    # clipping) are logged, and g_clipped / d_clipped: the share of steps clipped.
+    grad_clip: float = 0.0
     # The crops each forward and backward takes (data.batch_size a multiple of
     # it); the step sums data.batch_size / micro_batch of them, so the update
     # is the batch's whatever it is. auto: the largest that fits the memory at

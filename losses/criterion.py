@@ -57,6 +57,7 @@ class GeneratorCriterion(nn.Module):
         real_logit: torch.Tensor | None = None,
         hr_sharp: torch.Tensor | None = None,
         ema_sr: torch.Tensor | None = None,
+        adversarial_scale: float = 1.0,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """`fake_logit` is D(G(z)) under the current D; None leaves the
         adversarial term out (the generator-only pretraining phase).
@@ -65,7 +66,9 @@ class GeneratorCriterion(nn.Module):
         masked HR (losses/sharpen.py), the target of the terms that
         `self.sharpen` names; needed when it names image or perceptual.
         `ema_sr`: the EMA generator's output for the same LR, without
-        gradient; needed when the ldl weight is above 0 (self.needs_ema)."""
+        gradient; needed when the ldl weight is above 0 (self.needs_ema).
+        `adversarial_scale` multiplies the adversarial weight (gan.warmup_steps'
+        ramp); the term itself is returned unweighted, as every term."""
         terms: dict[str, torch.Tensor] = {}
         if self.weights["image"] > 0:
             terms["image"] = image_loss(sr.float(), self.target(hr, hr_sharp, self.sharpen.image), self.image_kind)
@@ -90,7 +93,8 @@ class GeneratorCriterion(nn.Module):
             terms["luma"] = luma_loss(sr, hr)
         if not terms:
             return sr.sum() * 0.0, terms  # every weight 0: a zero loss that still backpropagates
-        total = sum(self.weights[name] * value for name, value in terms.items())
+        weights = self.weights | {"adversarial": self.weights["adversarial"] * adversarial_scale}
+        total = sum(weights[name] * value for name, value in terms.items())
         assert isinstance(total, torch.Tensor)  # `terms` is not empty, so sum() never returns its start, 0
         return total, terms
 

@@ -208,7 +208,8 @@ def srgan_safetensors(weights: dict[str, torch.Tensor], settings: str, path: Pat
 def read_discriminator_file(path: str | Path) -> Recognised:
     """The discriminator of an srgan checkpoint (file or run folder) or of a
     community state dict (models/community.py), with the settings it implies:
-    discriminator, d_channels (and crop_size for vgg). Raises SrganError
+    discriminator, d_channels (and crop_size for vgg, patchgan_layers for
+    patchgan). Raises SrganError
     naming the file when it holds no discriminator srgan knows, or a damaged
     one."""
     path = resolve_checkpoint_path(path)
@@ -219,6 +220,8 @@ def read_discriminator_file(path: str | Path) -> Recognised:
         settings: dict[str, Any] = {"discriminator": config.gan.discriminator, "d_channels": config.model.d_channels}
         if config.gan.discriminator == "vgg":
             settings["crop_size"] = config.data.crop_size
+        if config.gan.discriminator == "patchgan":
+            settings["patchgan_layers"] = config.gan.patchgan_layers
         weights = unwrap_state_dict(state["discriminator"])
         if weights is None:
             raise SrganError(f"{path}: discriminator: expected a state dict (names -> tensors)")

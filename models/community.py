@@ -259,7 +259,7 @@ def describe(layout: str, model: dict[str, Any]) -> str:
 
 def recognise_discriminator(state: dict[str, torch.Tensor], origin: str) -> Recognised:
     """Real-ESRGAN's UNetDiscriminatorSN (RealESRGAN_x4plus_netD.pth), BasicSR's
-    VGGStyleDiscriminator or srgan's own, by their keys; `model` holds the
+    VGGStyleDiscriminator, a spectrally normalised PatchGAN or srgan's own, by their keys; `model` holds the
     gan.discriminator, model.d_channels (and, for vgg, data.crop_size) they imply.
     Raises SrganError for other keys, and for BasicSR's 256 px VGG variant."""
     if {"conv0.weight", "conv1.weight_orig", "conv9.weight"} <= state.keys():
@@ -275,6 +275,11 @@ def recognise_discriminator(state: dict[str, torch.Tensor], origin: str) -> Reco
         side = math.isqrt(conv_shape(state, "linear1.weight", origin, ndim=2)[1] // (8 * width))
         settings = {"discriminator": "vgg", "d_channels": width, "crop_size": 32 * side}
         return Recognised("VGGStyleDiscriminator (BasicSR)", settings, state)
+    if "model.0.weight_orig" in state:  # pix2pix's NLayerDiscriminator, spectrally normalised
+        convs = [key for key in state if key.startswith("model.") and key.endswith(".weight_orig")]
+        width = conv_shape(state, "model.0.weight_orig", origin)[0]
+        settings = {"discriminator": "patchgan", "d_channels": width, "patchgan_layers": len(convs) - 1}
+        return Recognised("PatchGAN with spectral norm (pix2pix's n-layer)", settings, state)
     if {"features.0.weight", "classifier.2.weight"} <= state.keys():
         width = conv_shape(state, "features.0.weight", origin)[0]
         return Recognised("srgan's SRGAN discriminator", {"discriminator": "srgan", "d_channels": width}, state)
@@ -282,5 +287,5 @@ def recognise_discriminator(state: dict[str, torch.Tensor], origin: str) -> Reco
     raise SrganError(
         f"{origin}: its keys ({first}, ...) fit no discriminator srgan knows (expected Real-ESRGAN's "
         "UNetDiscriminatorSN: conv0, conv1.weight_orig, ...; BasicSR's VGGStyleDiscriminator: conv0_0, ..., "
-        "linear1; or an srgan checkpoint)"
+        "linear1; a PatchGAN: model.0.weight_orig, ...; or an srgan checkpoint)"
     )

@@ -1,6 +1,6 @@
 """The SRGAN discriminator (Ledig et al. 2017, fig. 4), and the one function
 that builds the discriminator a config names (the others have a file each:
-discriminator_vgg.py, discriminator_unet.py)."""
+discriminator_vgg.py, discriminator_unet.py, discriminator_patchgan.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from srgan.models.discriminator_patchgan import PatchGANDiscriminatorSN
 from srgan.models.discriminator_unet import UNetDiscriminatorSN
 from srgan.models.discriminator_vgg import VGGStyleDiscriminator
 
@@ -24,6 +25,8 @@ def build_discriminator(config: Config) -> nn.Module:
         return VGGStyleDiscriminator(width, config.data.crop_size)
     if kind == "unet":
         return UNetDiscriminatorSN(width)
+    if kind == "patchgan":
+        return PatchGANDiscriminatorSN(width, config.gan.patchgan_layers)
     return Discriminator(width)
 
 

@@ -1,6 +1,7 @@
-"""The VGG-style (ESRGAN) and U-Net (Real-ESRGAN) discriminators: BasicSR's
-parameter names and shapes, their forward against a plain functional
-reference written here, and the crops the loader lets them judge."""
+"""The VGG-style (ESRGAN), U-Net (Real-ESRGAN) and PatchGAN (pix2pix, with
+spectral norm) discriminators: their parameter names and shapes, their
+forward against a plain functional reference written here, and the crops the
+loader lets them judge."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 
 from conftest import assert_refused, set_args, tiny_overrides
 from srgan.configs import load_config
+from srgan.models.discriminator_patchgan import PatchGANDiscriminatorSN
 from srgan.models.discriminator_unet import UNetDiscriminatorSN, upsample_bilinear_x2
 from srgan.models.discriminator_vgg import VGGStyleDiscriminator
 
@@ -163,6 +165,97 @@ def test_unet_discriminator_computes_real_esrgan_forward():
     assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def patchgan_layout(f: int, layers: int) -> dict[str, tuple]:
+    """pix2pix's NLayerDiscriminator(3, f, layers) without its norm layers
+    (model.0, .2, .4, ...: conv then LeakyReLU), spectral norm on every conv
+    but the last."""
+    widths = [f * min(2**i, 8) for i in range(layers + 1)]
+    shapes: dict[str, tuple] = {}
+    c_in = 3
+    for i, c_out in enumerate(widths):
+        shapes |= {
+            f"model.{2 * i}.bias": (c_out,),
+            f"model.{2 * i}.weight_orig": (c_out, c_in, 4, 4),
+            f"model.{2 * i}.weight_u": (c_out,),
+            f"model.{2 * i}.weight_v": (c_in * 16,),
+        }
+        c_in = c_out
+    last = 2 * (layers + 1)
+    return shapes | {f"model.{last}.weight": (1, c_in, 4, 4), f"model.{last}.bias": (1,)}
+
+
+@pytest.mark.parametrize("f, layers", [(64, 3), (8, 2), (4, 5)])
+def test_patchgan_has_pix2pix_names_and_shapes(f, layers):
+    ours = PatchGANDiscriminatorSN(f, layers)
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == patchgan_layout(f, layers)
+    ours.load_state_dict(random_state(patchgan_layout(f, layers), 0), strict=True)
+
+
+def test_patchgan_computes_the_n_layer_forward_with_spectral_norm():
+    """Eval mode (sigma = u . W v from the stored vectors), against pix2pix's
+    n-layer forward written with torch.nn.functional: 4x4 convs, stride 2
+    then 1, LeakyReLU 0.2, a logit per patch of (H / 8 - 2) x (W / 8 - 2)."""
+    f, layers = 4, 3
+    state = random_state(patchgan_layout(f, layers), 5)
+    ours = PatchGANDiscriminatorSN(f, layers)
+    ours.load_state_dict(state)
+    ours.eval()
+    x = torch.rand(2, 3, 48, 64, generator=torch.Generator().manual_seed(6))
+    t = x
+    for i in range(layers + 1):
+        weight = state[f"model.{2 * i}.weight_orig"]
+        sigma = (
+            state[f"model.{2 * i}.weight_u"] @ weight.reshape(weight.shape[0], -1) @ state[f"model.{2 * i}.weight_v"]
+        )
+        t = F.conv2d(t, weight / sigma, state[f"model.{2 * i}.bias"], stride=2 if i < layers else 1, padding=1)
+        t = F.leaky_relu(t, 0.2)
+    last = 2 * (layers + 1)
+    expected = F.conv2d(t, state[f"model.{last}.weight"], state[f"model.{last}.bias"], padding=1)
+    got = ours(x)
+    assert got.shape == (2, 1, 48 // 8 - 2, 64 // 8 - 2)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_patchgan_judges_70_pixel_patches():
+    """With 3 layers each logit sees a 70x70 patch (pix2pix's 70x70 PatchGAN):
+    the top-left one reads input rows and columns -23 .. 46 (the paddings)."""
+    torch.manual_seed(0)
+    d = PatchGANDiscriminatorSN(4, 3).eval()
+    x = torch.rand(1, 3, 96, 96)
+    base = d(x)[0, 0, 0, 0]
+    for (row, col), seen in {(46, 46): True, (0, 46): True, (47, 0): False, (0, 47): False}.items():
+        y = x.clone()
+        y[0, :, row, col] += 1.0
+        assert (d(y)[0, 0, 0, 0] != base).item() == seen, (row, col)
+
+
+def test_patchgan_training_keeps_each_layer_s_largest_singular_value_near_1():
+    """Spectral norm's power iteration, run by each forward in training mode:
+    the weights a conv applies have spectral norm 1 (of the weight reshaped to
+    out x in*k*k), whatever the stored ones' scale."""
+    torch.manual_seed(0)
+    d = PatchGANDiscriminatorSN(8, 2)
+    with torch.no_grad():
+        for module in d.modules():
+            if hasattr(module, "weight_orig"):
+                module.weight_orig.mul_(10)
+    for _ in range(30):
+        d(torch.rand(1, 3, 32, 32))
+    convs = [m for m in d.modules() if hasattr(m, "weight_orig")]
+    assert len(convs) == 3
+    for conv in convs:
+        assert torch.linalg.matrix_norm(conv.weight.reshape(conv.weight.shape[0], -1), 2).item() == pytest.approx(
+            1.0, abs=1e-3
+        )
+
+
+def test_a_patchgan_state_dict_is_recognised_with_its_width_and_depth():
+    from srgan.models.community import recognise_discriminator
+
+    found = recognise_discriminator(PatchGANDiscriminatorSN(16, 4).state_dict(), "d.pth")
+    assert found.model == {"discriminator": "patchgan", "d_channels": 16, "patchgan_layers": 4}
+
+
 def test_deterministic_upsampling_is_bilinear_with_its_gradient():
     for shape in [(2, 3, 5, 7), (1, 2, 1, 4), (1, 1, 8, 8)]:
         x = torch.randn(shape, generator=torch.Generator().manual_seed(5), requires_grad=True)
@@ -194,7 +287,13 @@ def test_spectral_norm_discriminator_builds_on_meta_for_the_checkpoint_check():
             "data.crop_size: expected a multiple of 32 up to 512 with gan.discriminator vgg",
         ),
         ("gan.discriminator=unet", 36, "data.crop_size: expected a multiple of 8 with gan.discriminator unet"),
-        ("gan.discriminator=patch", 32, "gan.discriminator: expected one of srgan, vgg, unet"),
+        ("gan.discriminator=patch", 32, "gan.discriminator: expected one of srgan, vgg, unet, patchgan"),
+        (
+            "gan.discriminator=patchgan",
+            16,
+            "data.crop_size: expected at least 24 px with gan.discriminator patchgan and 3 layers",
+        ),
+        ("gan.patchgan_layers=7", 32, "gan.patchgan_layers: expected 1 to 6 stride-2 layers, got 7"),
     ],
 )
 def test_a_crop_the_discriminator_cannot_judge_is_refused(srgan, tmp_path, photo_dir, setting, crop, culprit):
@@ -204,7 +303,7 @@ def test_a_crop_the_discriminator_cannot_judge_is_refused(srgan, tmp_path, photo
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("kind", ["vgg", "unet"])
+@pytest.mark.parametrize("kind", ["vgg", "unet", "patchgan"])
 def test_a_run_trains_and_resumes_with_each_discriminator(srgan, tmp_path, photo_dir, kind):
     """Two GAN steps with the relativistic objective, a checkpoint that
     holds the discriminator's own state dict, and a resume that refuses
@@ -215,7 +314,7 @@ def test_a_run_trains_and_resumes_with_each_discriminator(srgan, tmp_path, photo
     overrides = tiny_overrides(photo_dir, run, f"gan.discriminator={kind}", "gan.d_loss=relativistic", "train.epochs=3")
     assert srgan("train", *set_args(overrides)).returncode == 0
     state = load_checkpoint(run)
-    layout = vgg_layout(8, 32) if kind == "vgg" else unet_layout(8)
+    layout = {"vgg": vgg_layout(8, 32), "unet": unet_layout(8), "patchgan": patchgan_layout(8, 3)}[kind]
     assert {k: tuple(v.shape) for k, v in state["discriminator"].items()} == layout
     assert all(torch.isfinite(v).all() for v in state["discriminator"].values())
     more = [*set_args([*overrides, "train.max_steps=3"])]

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from srgan.configs.schema import LossConfig, PerceptualConfig
 from srgan.losses import OBJECTIVES, GeneratorCriterion
 from srgan.models import Discriminator, Generator, resolve_runtime
+from srgan.models.discriminator_patchgan import PatchGANDiscriminatorSN
 from srgan.models.discriminator_unet import UNetDiscriminatorSN
 from srgan.models.discriminator_vgg import VGGStyleDiscriminator
 from srgan.training import TrainingParts, gan_step
@@ -24,6 +25,9 @@ REAL = torch.tensor([2.0, -0.5, 0.25, 3.0])
 FAKE = torch.tensor([-1.0, 0.75, -2.5, 0.1])
 REAL_PIXELS = torch.tensor([[[[1.5, -0.25], [0.0, 2.0]]], [[[-1.0, 0.5], [3.0, -2.0]]]])
 FAKE_PIXELS = torch.tensor([[[[-0.5, 0.25], [1.0, -3.0]]], [[[0.0, -1.5], [2.5, 0.75]]]])
+
+
+KINDS = ["bce", "linear", "relativistic", "hinge", "lsgan"]
 
 
 def bce(logits, target):
@@ -37,12 +41,17 @@ def reference(kind, real, fake):
         return bce(real, 1) + bce(fake, 0), bce(fake, 1)
     if kind == "linear":
         return 1 - torch.sigmoid(real).mean() + torch.sigmoid(fake).mean(), 1 - torch.sigmoid(fake).mean()
+    if kind == "hinge":  # Lim & Ye 2017
+        return torch.clamp(1 - real, min=0).mean() + torch.clamp(1 + fake, min=0).mean(), -fake.mean()
+    if kind == "lsgan":  # Mao et al. 2017, a = 0, b = c = 1, without the 1/2 (BasicSR's)
+        d = F.mse_loss(real, torch.ones_like(real)) + F.mse_loss(fake, torch.zeros_like(fake))
+        return d, F.mse_loss(fake, torch.ones_like(fake))
     d = (bce(real - fake.detach().mean(), 1) + bce(fake - real.detach().mean(), 0)) / 2
     g = (bce(real.detach() - fake.mean(), 0) + bce(fake - real.detach().mean(), 1)) / 2
     return d, g
 
 
-@pytest.mark.parametrize("kind", ["bce", "linear", "relativistic"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("real, fake", [(REAL, FAKE), (REAL_PIXELS, FAKE_PIXELS)], ids=["per-image", "per-pixel"])
 def test_each_objective_is_its_formula_in_value_and_gradient(kind, real, fake):
     objective = OBJECTIVES[kind]
@@ -74,6 +83,24 @@ def test_hand_computed_values():
     assert d == pytest.approx(0.12692801104297263)
     g = OBJECTIVES["relativistic"].g_loss(torch.ones(2), -torch.ones(2)).item()
     assert g == pytest.approx(2.1269280110429727)
+    # hinge: D at real 1, fake -1 has met both margins (0); at 0, 0 it pays 1 + 1
+    assert OBJECTIVES["hinge"].d_loss(torch.ones(2), -torch.ones(2)).item() == 0.0
+    assert OBJECTIVES["hinge"].d_loss(zeros, zeros).item() == 2.0
+    assert OBJECTIVES["hinge"].g_loss(None, torch.tensor([0.5, -1.5])).item() == 0.5
+    # lsgan: real 1 and fake 0 are its targets; fake 0 costs G (0 - 1)^2 = 1
+    assert OBJECTIVES["lsgan"].d_loss(torch.ones(2), torch.zeros(2)).item() == 0.0
+    assert OBJECTIVES["lsgan"].d_loss(torch.tensor([0.5]), torch.tensor([0.5])).item() == 0.5
+    assert OBJECTIVES["lsgan"].g_loss(None, zeros).item() == 1.0
+
+
+def test_scores_read_each_objective_s_output_as_d():
+    """d_score and g_score: the sigmoid of the logit for the logistic
+    objectives and hinge (boundary 0), the output itself for lsgan (trained
+    toward 1 and 0)."""
+    logit = torch.tensor([2.0, -1.0])
+    for kind in ("bce", "linear", "relativistic", "hinge"):
+        torch.testing.assert_close(OBJECTIVES[kind].score(logit), torch.sigmoid(logit))
+    torch.testing.assert_close(OBJECTIVES["lsgan"].score(logit), logit)
 
 
 # ---- a whole step against a plain one ---------------------------------------------------
@@ -83,6 +110,7 @@ DISCRIMINATORS = {
     "srgan": lambda: Discriminator(WIDTH),
     "vgg": lambda: VGGStyleDiscriminator(WIDTH, CROP),
     "unet": lambda: UNetDiscriminatorSN(WIDTH),
+    "patchgan": lambda: PatchGANDiscriminatorSN(WIDTH, 2),
 }
 W_IMAGE, W_ADV = 1.0, 0.5
 
@@ -99,6 +127,10 @@ def plain_step(net_g, net_d, opt_g, opt_d, lq, gt, kind):
         l_d = bce(real_d_pred, 1) + bce(fake_d_pred, 0)
     elif kind == "linear":
         l_d = 1 - torch.sigmoid(real_d_pred).mean() + torch.sigmoid(fake_d_pred).mean()
+    elif kind == "hinge":
+        l_d = F.relu(1 - real_d_pred).mean() + F.relu(1 + fake_d_pred).mean()
+    elif kind == "lsgan":
+        l_d = ((real_d_pred - 1) ** 2).mean() + (fake_d_pred**2).mean()
     else:
         l_d = (
             bce(real_d_pred - torch.mean(fake_d_pred.detach()), 1)
@@ -117,6 +149,10 @@ def plain_step(net_g, net_d, opt_g, opt_d, lq, gt, kind):
         l_g_gan = bce(fake_g_pred, 1)
     elif kind == "linear":
         l_g_gan = 1 - torch.sigmoid(fake_g_pred).mean()
+    elif kind == "hinge":
+        l_g_gan = -fake_g_pred.mean()
+    elif kind == "lsgan":
+        l_g_gan = ((fake_g_pred - 1) ** 2).mean()
     else:
         l_g_gan = (bce(real_d_pred - torch.mean(fake_g_pred), 0) + bce(fake_g_pred - torch.mean(real_d_pred), 1)) / 2
     l_g_total = W_IMAGE * F.mse_loss(output, gt) + W_ADV * l_g_gan
@@ -134,8 +170,8 @@ def sgd(params):
 
 
 @pytest.mark.parametrize("update", ["retain_graph", "detach"])
-@pytest.mark.parametrize("kind", ["bce", "linear", "relativistic"])
-@pytest.mark.parametrize("d_kind", ["srgan", "vgg", "unet"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("d_kind", list(DISCRIMINATORS))
 def test_gan_step_equals_the_plain_step(d_kind, kind, update):
     torch.manual_seed(0)
     g, d = Generator(2, 1, 4, norm="none"), DISCRIMINATORS[d_kind]()

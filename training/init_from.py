@@ -66,7 +66,7 @@ def read_init_files(config: Config) -> InitWeights:
             recognised = read_discriminator_file(config.gan.init_from)
         except SrganError as error:
             raise SrganError(f"gan.init_from: {error}") from None
-        section = {"discriminator": "gan", "d_channels": "model", "crop_size": "data"}
+        section = {"discriminator": "gan", "patchgan_layers": "gan", "d_channels": "model", "crop_size": "data"}
         implied = {f"{section[key]}.{key}": value for key, value in recognised.model.items()}
         settings |= agreed(config, "gan.init_from", config.gan.init_from, implied)
         notes.append(f"discriminator from {config.gan.init_from}: {recognised.layout}")

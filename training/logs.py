@@ -32,6 +32,7 @@ log = logging.getLogger("srgan")
 
 ARTEFACT_TERMS = ("ldl", "ffl", "ms_ssim", "colour", "luma")  # losses/criterion.py's artefact and colour terms
 LOSS_TERMS = ("image", "adversarial", "perceptual", "tv", *ARTEFACT_TERMS)
+GRADIENT_NORMS = ("g_grad_norm", "d_grad_norm")  # logged with train.grad_clip, before clipping
 EPOCH_COLUMNS = ("epoch", "step", "d_loss", "g_loss", "d_score", "g_score", *LOSS_TERMS, "psnr", "ssim", "seconds")
 VALIDATION_COLUMNS = ("epoch", "step", "psnr", "ssim", "bicubic_psnr", "bicubic_ssim")
 LEARNED_METRICS = tuple(BACKBONES)
@@ -182,9 +183,11 @@ def check_finite_steps(pending: list, keys: list[tuple[int, str]], values: list[
     for (step, name), value in zip(keys, values, strict=True):
         by_step.setdefault(step, {})[name] = value
     for step, row in by_step.items():
-        if all(math.isfinite(v) for v in row.values()):
+        # A gradient norm may be inf where fp16's scaler skips the step: no reason to stop.
+        if all(math.isfinite(v) for name, v in row.items() if name not in GRADIENT_NORMS):
             continue
-        worst = next(name for name in ("g_loss", "d_loss", *row) if name in row and not math.isfinite(row[name]))
+        losses = [name for name in ("g_loss", "d_loss", *row) if name in row and name not in GRADIENT_NORMS]
+        worst = next(name for name in losses if not math.isfinite(row[name]))
         terms = ", ".join(f"{name} {row[name]:.4g}" for name in ("d_loss", "g_loss", *LOSS_TERMS) if name in row)
         raise NonFiniteLoss(
             f"step {step}: {worst} is {row[worst]} ({terms}); stopping, the last checkpoint "

@@ -466,7 +466,7 @@ class Trainer:
         if p.step < t.pretrain_steps:
             return generator_step(self.parts, lr, hr, image_only=True)
         if self.gan:
-            return gan_step(self.parts, lr, hr, done)
+            return gan_step(self.parts, lr, hr, done, gan_steps_before=p.step - t.pretrain_steps)
         return generator_step(self.parts, lr, hr)
 
     def halve_micro_batch(self, smaller: int, reason: str) -> None:
@@ -879,6 +879,10 @@ def build_parts(config: Config, runtime: Runtime) -> TrainingParts:
         d_loss=config.gan.d_loss,
         update=config.gan.update,
         accumulate=config.train.accumulate,
+        grad_clip=t.grad_clip,
+        r1=config.gan.r1,
+        r1_every=config.gan.r1_every,
+        warmup_steps=config.gan.warmup_steps,
     )
 
 
@@ -894,8 +898,10 @@ def default_run_dir(config: Config) -> Path:
 
 def describe(epoch: int, epochs: int, row: dict) -> str:
     """The progress bar's text: [epoch/epochs] d_loss g_loss d_score g_score,
-    then the artefact and colour terms a run weights (ldl ffl ms_ssim colour luma)."""
-    names = ("d_loss", "g_loss", "d_score", "g_score", *ARTEFACT_TERMS)  # the artefact and colour terms when weighted
+    then the artefact and colour terms a run weights (ldl ffl ms_ssim colour luma)
+    and, with train.grad_clip, the gradient norms."""
+    # the artefact and colour terms when weighted, the gradient norms with train.grad_clip
+    names = ("d_loss", "g_loss", "d_score", "g_score", *ARTEFACT_TERMS, "g_grad_norm", "d_grad_norm")
     shown = [f"{name} {row[name]:.4f}" for name in names if name in row]
     return f"[{epoch}/{epochs}] " + " ".join(shown)
 

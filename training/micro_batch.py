@@ -12,6 +12,7 @@ that named it."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import math
 from dataclasses import dataclass
@@ -215,21 +216,20 @@ def run_trial(
 def copy_parts(parts: TrainingParts) -> TrainingParts:
     """The step's parts with copies of the networks (eager, in training mode)
     and new optimizers and scaler of the same settings; the criterion, whose
-    weights are frozen, shared."""
+    weights are frozen, shared; one micro-batch."""
     generator, discriminator = copy.deepcopy(parts.generator), copy.deepcopy(parts.discriminator)
     for module in (generator, discriminator):
         module._compiled_call_impl = None  # a trial has no time to compile
         module.train()
-    return TrainingParts(
+    # The rest as the run's (the EMA generator is evaluated without gradient:
+    # sharing it changes nothing). Its first GAN step runs R1 when gan.r1 is
+    # on: the trial measures the step with the penalty, the largest.
+    return dataclasses.replace(
+        parts,
         generator=generator,
         discriminator=discriminator,
-        criterion=parts.criterion,
         optimizer_g=type(parts.optimizer_g)(generator.parameters(), **parts.optimizer_g.defaults),
         optimizer_d=type(parts.optimizer_d)(discriminator.parameters(), **parts.optimizer_d.defaults),
         scaler=torch.amp.GradScaler(parts.runtime.device.type, enabled=parts.scaler.is_enabled()),
-        runtime=parts.runtime,
-        d_loss=parts.d_loss,
-        update=parts.update,
         accumulate=1,
-        ema=parts.ema,  # evaluated without gradient: sharing it changes nothing
     )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from srgan.losses import OBJECTIVES, GeneratorCriterion, image_loss
+from srgan.losses import OBJECTIVES, GeneratorCriterion, image_loss, r1_penalty
 from srgan.losses.sharpen import unsharp_mask
 from srgan.models import Runtime
 from srgan.training.distributed import unwrap
@@ -25,19 +25,28 @@ class TrainingParts:
     optimizer_d: torch.optim.Optimizer
     scaler: torch.amp.GradScaler  # a pass-through unless precision is fp16
     runtime: Runtime
-    d_loss: str  # the GAN objective: bce, linear or relativistic (losses/adversarial.py)
+    d_loss: str  # the GAN objective: bce, linear, relativistic, hinge or lsgan (losses/adversarial.py)
     update: str  # retain_graph or detach
     accumulate: int = 1  # micro-batches whose gradients each optimizer step sums (train.accumulate)
     ema: nn.Module | None = None  # the EMA generator, set when the criterion needs its output (LDL)
+    grad_clip: float = 0.0  # each network's gradient norm at most this (train.grad_clip); 0: off
+    r1: float = 0.0  # the R1 penalty's weight (gan.r1); 0: off
+    r1_every: int = 16  # lazy R1: one GAN step in this many (gan.r1_every)
+    warmup_steps: int = 0  # GAN steps over which the adversarial weight rises from 0 (gan.warmup_steps)
 
 
 def gan_step(
-    parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor, done: dict | None = None
+    parts: TrainingParts, lr: torch.Tensor, hr: torch.Tensor, done: dict | None = None, gan_steps_before: int = 0
 ) -> dict[str, torch.Tensor]:
     """One D update then one G update, each on the gradients of the batch's
     `accumulate` micro-batches summed. Returns detached 0-dim tensors (no host
     sync here), means over the micro-batches: d_loss, g_loss, d_score = mean
-    D(x), g_score = mean D(G(z)), and the generator's loss terms.
+    D(x), g_score = mean D(G(z)), and the generator's loss terms (with
+    grad_clip, the gradient norms; on R1's steps, the penalty r1).
+
+    `gan_steps_before`: the GAN steps this run took before this one (its step
+    less train.pretrain_steps); the adversarial warm-up and lazy R1 follow it,
+    so a resumed run repeats them exactly.
 
     `done` (the trainer's, for a step that runs out of memory): filled with
     D's statistics and the torch RNG state once D's update is done; a step
@@ -47,18 +56,19 @@ def gan_step(
     hr_sharp = unsharp_mask(hr) if parts.criterion.sharpen.any else hr
     hr_for_d = hr_sharp if parts.criterion.sharpen.adversarial else hr
     micro = list(zip(*(t.chunk(parts.accumulate) for t in (lr, hr, hr_sharp, hr_for_d)), strict=True))
+    warmup = min(1.0, (gan_steps_before + 1) / parts.warmup_steps) if parts.warmup_steps else 1.0
     if done:
         set_rng_state(done["rng"])  # G's half draws what it drew the first time
-        return {**done["d"], **g_half(parts, micro, None)}
-    fakes, d_stats = d_half(parts, micro)
+        return {**done["d"], **g_half(parts, micro, None, warmup)}
+    fakes, d_stats = d_half(parts, micro, parts.r1 > 0 and gan_steps_before % parts.r1_every == 0)
     if done is not None:
         done.update(d=d_stats, rng=rng_state())
-    return {**d_stats, **g_half(parts, micro, fakes)}
+    return {**d_stats, **g_half(parts, micro, fakes, warmup)}
 
 
-def d_half(parts: TrainingParts, micro: list) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
-    """gan_step's steps 1 and 2: the fakes, and D's update on them; returns
-    the fakes and D's statistics."""
+def d_half(parts: TrainingParts, micro: list, with_r1: bool) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+    """gan_step's steps 1 and 2: the fakes, and D's update on them (with the
+    R1 penalty when `with_r1`); returns the fakes and D's statistics."""
     G, D, scaler, objective = parts.generator, parts.discriminator, parts.scaler, OBJECTIVES[parts.d_loss]
     k = len(micro)
 
@@ -75,10 +85,21 @@ def d_half(parts: TrainingParts, micro: list) -> tuple[list[torch.Tensor], dict[
     parts.optimizer_d.zero_grad(set_to_none=True)
     d_rows = []
     for fake, (_, _, _, real_for_d) in zip(fakes, micro, strict=True):
+        if with_r1:  # R1 differentiates D(x) with respect to x
+            real_for_d = real_for_d.detach().requires_grad_(True)
         with parts.runtime.autocast():
             real_logit = D(real_for_d)
             fake_logit = D(fake.detach() if parts.update == "detach" else fake)
         d_loss = objective.d_loss(real_logit, fake_logit)
+        row = {
+            "d_loss": d_loss.detach(),
+            "d_score": objective.score(real_logit.detach().float()).mean(),
+            "g_score": objective.score(fake_logit.detach().float()).mean(),
+        }
+        if with_r1:  # lazy: scaled by r1_every, so that its pull on average is r1 / 2 a step
+            row["r1"] = r1_penalty(real_logit, real_for_d, scaler)
+            d_loss = d_loss + parts.r1 / 2 * parts.r1_every * row["r1"]
+            row["r1"] = row["r1"].detach()
         if parts.update == "retain_graph":
             # retain_graph keeps the generator's graph (through `fake`) alive for
             # the G step; `inputs` limits this backward to D's parameters, so no
@@ -86,23 +107,20 @@ def d_half(parts: TrainingParts, micro: list) -> tuple[list[torch.Tensor], dict[
             scaler.scale(d_loss / k).backward(retain_graph=True, inputs=list(D.parameters()))
         else:
             scaler.scale(d_loss / k).backward()
-        d_rows.append(
-            {
-                "d_loss": d_loss.detach(),
-                "d_score": torch.sigmoid(real_logit.detach().float()).mean(),
-                "g_score": torch.sigmoid(fake_logit.detach().float()).mean(),
-            }
-        )
+        d_rows.append(row)
+    clipped = clip_gradients(parts, parts.optimizer_d, D, "d")
     scaler.step(parts.optimizer_d)
     # retain_graph kept the D step's own saved activations too: drop them now,
     # not at the end of the step, where they would still hold memory during the G step.
     del d_loss, real_logit, fake_logit
-    return fakes, mean_rows(d_rows)
+    return fakes, {**mean_rows(d_rows), **clipped}
 
 
-def g_half(parts: TrainingParts, micro: list, fakes: list[torch.Tensor] | None) -> dict[str, torch.Tensor]:
+def g_half(
+    parts: TrainingParts, micro: list, fakes: list[torch.Tensor] | None, warmup: float
+) -> dict[str, torch.Tensor]:
     """gan_step's step 3: G's update, on `fakes` (None: G runs again on each
-    micro-batch); returns G's statistics."""
+    micro-batch), with the adversarial weight times `warmup`; returns G's statistics."""
     G, D, scaler, objective = parts.generator, parts.discriminator, parts.scaler, OBJECTIVES[parts.d_loss]
     k = len(micro)
 
@@ -128,14 +146,31 @@ def g_half(parts: TrainingParts, micro: list, fakes: list[torch.Tensor] | None) 
                     fake = G(x)
                 with torch.no_grad():
                     real_logit_g = judge(real_for_d) if objective.needs_real else None
-                g_loss, terms = parts.criterion(fake, real, judge(fake), real_logit_g, real_sharp, ema_output(parts, x))
+                g_loss, terms = parts.criterion(
+                    fake, real, judge(fake), real_logit_g, real_sharp, ema_output(parts, x), warmup
+                )
             scaler.scale(g_loss / k).backward()
             g_rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
     finally:  # also after an out-of-memory error, which the trainer survives
         D.requires_grad_(True)
+    clipped = clip_gradients(parts, parts.optimizer_g, G, "g")
     scaler.step(parts.optimizer_g)
     scaler.update()
-    return mean_rows(g_rows)
+    return {**mean_rows(g_rows), **clipped}
+
+
+def clip_gradients(
+    parts: TrainingParts, optimizer: torch.optim.Optimizer, network: nn.Module, prefix: str
+) -> dict[str, torch.Tensor]:
+    """With train.grad_clip: the network's gradients scaled down to that total
+    norm where above it (unscaled first under fp16: the scaler's step then
+    knows); returns the norm before clipping and whether it clipped (1 or 0),
+    as device tensors. Without: nothing, and no work."""
+    if not parts.grad_clip:
+        return {}
+    parts.scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(network.parameters(), parts.grad_clip).float()
+    return {f"{prefix}_grad_norm": norm, f"{prefix}_clipped": (norm > parts.grad_clip).float()}
 
 
 def ema_output(parts: TrainingParts, x: torch.Tensor) -> torch.Tensor | None:
@@ -176,6 +211,7 @@ def generator_step(
                 g_loss, terms = criterion(fake, real, None, None, real_sharp, ema_output(parts, x))
         parts.scaler.scale(g_loss / len(micro)).backward()
         rows.append({"g_loss": g_loss.detach(), **{name: value.detach() for name, value in terms.items()}})
+    clipped = clip_gradients(parts, parts.optimizer_g, parts.generator, "g")
     parts.scaler.step(parts.optimizer_g)
     parts.scaler.update()
-    return mean_rows(rows)
+    return {**mean_rows(rows), **clipped}
