@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from conftest import assert_refused, set_args, tiny_overrides
 from srgan.configs import load_config
+from srgan.files.errors import SrganError
 from srgan.models.discriminator_patchgan import PatchGANDiscriminatorSN
 from srgan.models.discriminator_unet import UNetDiscriminatorSN, upsample_bilinear_x2
 from srgan.models.discriminator_vgg import VGGStyleDiscriminator
@@ -325,3 +326,20 @@ def test_a_run_trains_and_resumes_with_each_discriminator(srgan, tmp_path, photo
         "train", "--resume", str(run), *set_args([*overrides, f"gan.discriminator={other}", "train.max_steps=4"])
     )
     assert_refused(result, f"gan.discriminator '{kind}' -> '{other}'")
+
+
+def test_gan_init_from_a_patchgan_file_takes_its_width_and_depth(tmp_path):
+    """gan.init_from a PatchGAN state dict with the config silent on the
+    discriminator: the run builds the file's (width 8, 2 layers) and loads it strictly."""
+    from srgan.models import build_discriminator
+    from srgan.training.init_from import read_init_files
+
+    torch.save(PatchGANDiscriminatorSN(8, 2).state_dict(), tmp_path / "d.pth")
+    (tmp_path / "mine.yaml").write_text(f"gan:\n  init_from: {tmp_path / 'd.pth'}\n")
+    init = read_init_files(load_config(str(tmp_path / "mine.yaml")))
+    gan, model = init.config.gan, init.config.model
+    assert (gan.discriminator, gan.patchgan_layers, model.d_channels) == ("patchgan", 2, 8)
+    assert init.discriminator is not None
+    build_discriminator(init.config).load_state_dict(init.discriminator, strict=True)
+    with pytest.raises(SrganError, match="has 2 PatchGAN layers, the config asks for 3 PatchGAN layers"):
+        read_init_files(load_config(str(tmp_path / "mine.yaml"), ["gan.patchgan_layers=3"]))

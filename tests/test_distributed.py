@@ -45,6 +45,16 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def two_ranks_and_one(photo_dir, tmp_path, settings: list[str]):
+    """The run of `settings` on two ranks of 2 crops (torchrun) and in one
+    process of 4: their run folders."""
+    two = tmp_path / "two"
+    done = torchrun("train", *set_args(tiny_overrides(photo_dir, two, *settings, "data.batch_size=2")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    one = train(load_config("demo", tiny_overrides(photo_dir, tmp_path / "one", *settings, "data.batch_size=4")))
+    return two, one
+
+
 def rows(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
@@ -96,10 +106,7 @@ def test_a_two_rank_step_is_a_one_process_step_on_twice_the_batch(photo_dir, tmp
         "train.lr_schedule.milestones=[]",
         "train.lr_g=1e-3",
     ]
-    two = tmp_path / "two"
-    done = torchrun("train", *set_args(tiny_overrides(photo_dir, two, *common, "data.batch_size=2")))
-    assert done.returncode == 0, done.stderr[-3000:]
-    one = train(load_config("demo", tiny_overrides(photo_dir, tmp_path / "one", *common, "data.batch_size=4")))
+    two, one = two_ranks_and_one(photo_dir, tmp_path, common)
     a, b = load_checkpoint(two)["generator"], load_checkpoint(one)["generator"]
     for name, tensor in a.items():
         assert torch.allclose(tensor, b[name], atol=1e-5, rtol=1e-4), name

@@ -22,7 +22,7 @@ from srgan.models.discriminator_patchgan import PatchGANDiscriminatorSN
 from srgan.training import TrainingParts, gan_step, train
 from srgan.training.state import load_checkpoint
 from srgan.training.step import generator_step
-from test_distributed import torchrun
+from test_distributed import two_ranks_and_one
 from test_reproducibility import assert_same_checkpoints
 
 NO_SCALER = torch.amp.GradScaler("cpu", enabled=False)
@@ -252,10 +252,7 @@ def test_r1_under_two_ranks_is_one_process_on_twice_the_batch(photo_dir, tmp_pat
         "data.repeat=8",
         "train.lr_schedule.milestones=[]",
     ]
-    two = tmp_path / "two"
-    done = torchrun("train", *set_args(tiny_overrides(photo_dir, two, *common, "data.batch_size=2")))
-    assert done.returncode == 0, done.stderr[-3000:]
-    one = train(load_config("demo", tiny_overrides(photo_dir, tmp_path / "one", *common, "data.batch_size=4")))
+    two, one = two_ranks_and_one(photo_dir, tmp_path, common)
     a, b = load_checkpoint(two), load_checkpoint(one)
     for key in ("generator", "discriminator"):
         for name, tensor in a[key].items():

@@ -32,6 +32,7 @@ PHRASES = {
     "model.growth": "growth {}",
     "model.scale": "scale {}",
     "model.d_channels": "{} discriminator channels",
+    "gan.patchgan_layers": "{} PatchGAN layers",
     "data.crop_size": "crops of {} px",
 }
 
