@@ -97,9 +97,9 @@ def d_half(parts: TrainingParts, micro: list, with_r1: bool) -> tuple[list[torch
             "g_score": objective.score(fake_logit.detach().float()).mean(),
         }
         if with_r1:  # lazy: scaled by r1_every, so that its pull on average is r1 / 2 a step
-            row["r1"] = r1_penalty(real_logit, real_for_d, scaler)
-            d_loss = d_loss + parts.r1 / 2 * parts.r1_every * row["r1"]
-            row["r1"] = row["r1"].detach()
+            penalty = r1_penalty(real_logit, real_for_d, scaler)
+            d_loss = d_loss + parts.r1 / 2 * parts.r1_every * penalty
+            row["r1"] = penalty.detach()  # logged apart: d_loss stays the objective's
         if parts.update == "retain_graph":
             # retain_graph keeps the generator's graph (through `fake`) alive for
             # the G step; `inputs` limits this backward to D's parameters, so no
