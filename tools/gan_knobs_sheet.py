@@ -13,13 +13,15 @@ markdown table on stdout (docs/interpolate.md "The GAN knobs, measured").
 Everything goes through the `srgan` CLI, as a user would type it; the
 only Python of srgan's own used here is the bicubic downscale (the LR every
 srgan command makes from an HR photo) and upscale (the bicubic panel). It
-takes about 15 minutes on 2 CPU cores. A developer's tool, run from the
+takes about 11 minutes on 2 CPU cores (3 x 3.5 minutes of training; with
+--skip-training, the sheet alone, one). A developer's tool, run from the
 checkout; it writes the sheet in --out and everything else in --runs."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +41,8 @@ METRICS = "psnr,ssim,ciede2000"
 # The demo preset's GAN phase is 100 steps at a tenth of the rates with the
 # paper's weights (adversarial 1e-3, perceptual 6e-3): too short and too weak
 # to change the picture (a probe: 0.08 dB in 200 steps at 10x adversarial).
-# Here it runs 600 steps after the same 600 PSNR steps, D's rate 10x (1e-4
+# Here it runs 300 steps (a 1200-step trial had moved the validation PSNR
+# most, -0.8 dB, by step 900) after the same 600 PSNR steps, D's rate 10x (1e-4
 # in the GAN phase, ESRGAN's) and the adversarial term 50x, so that it
 # pulls harder than the L1 (0.05 x ~0.7 against ~0.023). The perceptual
 # weight is 1.0, but offline VGG has random weights and its relu2_2 MSE is
@@ -48,8 +51,8 @@ METRICS = "psnr,ssim,ciede2000"
 # at step 600. fp32 fixed: precision auto may pick bf16 on AVX512-BF16.
 BASE = [
     "train.precision=fp32",
-    "train.max_steps=1200",
-    "train.epochs=12",
+    "train.max_steps=900",
+    "train.epochs=9",
     "train.lr_d=1e-3",
     "train.ema_decay=0.99",
     "loss.weights.adversarial=0.05",
@@ -62,13 +65,18 @@ RUNS = {  # run name -> what it adds to BASE
     "colour": ["loss.weights.colour=1.0"],  # chroma only; luma stays 0: Y is left to the GAN, as in the base
 }
 ALPHAS = (0.0, 0.5, 1.0)  # pretrained.pt (the PSNR end) -> the base run's final generator
+NOTES = {"alpha 0": " (pretrained.pt, PSNR end)", "alpha 1": " (= base GAN)"}  # after a panel's name
 
 
 def srgan(*args: str) -> str:
-    """Run `srgan ARGS` (the checkout's, as installed in this Python); its stdout. Stops on a failure."""
+    """Run `srgan ARGS` (the checkout's, as installed in this Python) on one
+    thread; its stdout. Stops on a failure. One thread: on two cores shared
+    with other work, torch's two threads wait for each other at every
+    barrier, and an epoch took 2 to 6 times as long as on one thread;
+    the sheet's numbers are one thread's (two may round differently)."""
     command = [sys.executable, "-m", "srgan.cli", *args]
     print("+ srgan", " ".join(args), flush=True)
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
         sys.exit(f"srgan {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return done.stdout
@@ -135,12 +143,12 @@ def compose(hr_path: Path, results: dict[str, dict], out: Path, zoom: int) -> No
         left, top = (i % columns) * side, (i // columns) * (side + caption)
         sheet.paste(pictures[label].resize((side, side), Image.Resampling.NEAREST), (left, top))
         if label == "HR":
-            text = "HR (original)\nscored against"
+            text = "HR: what each panel is scored against"
         else:
             s = results[label]["crop"]
-            text = f"{label}\nPSNR {s['psnr']:.2f} dB  CIEDE2000 {s['ciede2000']:.2f}"
+            text = f"{label}{NOTES.get(label, '')}\nPSNR {s['psnr']:.2f} dB  CIEDE2000 {s['ciede2000']:.2f}"
         draw.multiline_text((left + 6, top + side + 3), text, fill="black", font=font, spacing=3)
-    sheet.save(out)
+    sheet.save(out, optimize=True)
 
 
 def table(results: dict[str, dict]) -> str:
