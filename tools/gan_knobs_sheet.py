@@ -165,7 +165,10 @@ def table(results: dict[str, dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=f"Draw {SHEET}: three demo runs (base GAN, +LDL, +colour) and the base's alphas 0, 0.5, 1 "
+        "on one photo, scored by srgan evaluate."
+    )
     parser.add_argument("--out", type=Path, required=True, help=f"folder for {SHEET} (docs/)")
     parser.add_argument("--runs", type=Path, required=True, help="folder for the run folders and the crops")
     parser.add_argument("--photo", type=Path, help="HR photo (default: the built-in val photo, immunohistochemistry)")
