@@ -239,3 +239,38 @@ def interrupt_at(config, step: int) -> Path:
 
     assert load_checkpoint(trainer.folder.path)["step"] == step
     return trainer.folder.path
+
+
+def loss_without_vgg(**weights: float):
+    """A LossConfig whose perceptual term would use random VGG16 features
+    (never downloaded) and whose weights are the defaults but for `weights`."""
+    from srgan.configs.schema import LossConfig, PerceptualConfig
+
+    loss = LossConfig(perceptual=PerceptualConfig("vgg16", "relu1_2", "none"))
+    for name, value in weights.items():
+        setattr(loss.weights, name, value)
+    return loss
+
+
+def step_parts(generator, discriminator, loss, d_loss="bce", optimizer=None, channels_last=True, **settings):
+    """The TrainingParts of one CPU fp32 step of these networks on `loss`'s
+    criterion: Adam at 1e-3 unless `optimizer` (module -> optimizer) is given;
+    `settings`: TrainingParts' other fields (update, ema, r1, grad_clip, ...)."""
+    from srgan.losses import GeneratorCriterion
+    from srgan.models import resolve_runtime
+    from srgan.training import TrainingParts
+
+    def make(module):
+        return optimizer(module) if optimizer else torch.optim.Adam(module.parameters(), 1e-3)
+
+    return TrainingParts(
+        generator=generator,
+        discriminator=discriminator,
+        criterion=GeneratorCriterion(loss, d_loss),
+        optimizer_g=make(generator),
+        optimizer_d=make(discriminator),
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        runtime=resolve_runtime("cpu", "fp32", channels_last),
+        d_loss=d_loss,
+        **{"update": "retain_graph", **settings},
+    )

@@ -13,11 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import assert_refused, interrupt_at, set_args, tiny_overrides
+from conftest import assert_refused, interrupt_at, loss_without_vgg, set_args, step_parts, tiny_overrides
 from srgan.configs import load_config
-from srgan.configs.schema import LossConfig, PerceptualConfig
-from srgan.losses import GeneratorCriterion, r1_penalty
-from srgan.models import Discriminator, Generator, resolve_runtime
+from srgan.losses import r1_penalty
+from srgan.models import Discriminator, Generator
 from srgan.models.discriminator_patchgan import PatchGANDiscriminatorSN
 from srgan.training import TrainingParts, gan_step, train
 from srgan.training.state import load_checkpoint
@@ -111,20 +110,8 @@ def networks(d_kind):
 
 
 def parts_of(g, d, **settings) -> TrainingParts:
-    loss = LossConfig(perceptual=PerceptualConfig("vgg16", "relu1_2", "none"))
-    loss.weights.image, loss.weights.adversarial, loss.weights.perceptual = 1.0, W_ADV, 0.0
-    return TrainingParts(
-        generator=g,
-        discriminator=d,
-        criterion=GeneratorCriterion(loss, "bce"),
-        optimizer_g=sgd(g),
-        optimizer_d=sgd(d),
-        scaler=NO_SCALER,
-        runtime=resolve_runtime("cpu", "fp32", False),
-        d_loss="bce",
-        update="retain_graph",
-        **settings,
-    )
+    loss = loss_without_vgg(image=1.0, adversarial=W_ADV, perceptual=0.0)
+    return step_parts(g, d, loss, optimizer=sgd, channels_last=False, **settings)
 
 
 def batch():

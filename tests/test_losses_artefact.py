@@ -14,6 +14,7 @@ from scipy.signal import correlate2d
 from skimage.color import rgb2ycbcr
 from skimage.metrics import structural_similarity
 
+from conftest import loss_without_vgg, step_parts
 from srgan.configs import load_config
 from srgan.configs.checks import LDL_WINDOW, MS_SSIM_WINDOW
 from srgan.configs.schema import LossConfig, PerceptualConfig
@@ -24,7 +25,7 @@ from srgan.losses.frequency import focal_frequency_loss
 from srgan.losses.ldl import WINDOW, artefact_map, ldl_loss
 from srgan.losses.ms_ssim import WINDOW as SSIM_WINDOW
 from srgan.losses.ms_ssim import ms_ssim, ms_ssim_l1_loss, scales_for
-from srgan.models import Discriminator, Generator, resolve_runtime
+from srgan.models import Discriminator, Generator
 from srgan.training import TrainingParts
 from srgan.training.loop import describe
 from srgan.training.step import generator_step
@@ -222,25 +223,12 @@ def parts_with(term: str) -> TrainingParts:
     a perturbed copy (LDL compares with it)."""
     torch.manual_seed(0)
     g, d = Generator(2, 1, 8), Discriminator(8)
-    loss = LossConfig(perceptual=PerceptualConfig("vgg16", "relu1_2", "none"))
-    loss.weights.adversarial, loss.weights.perceptual = 0.0, 0.0
-    setattr(loss.weights, term, 1.0)
+    loss = loss_without_vgg(adversarial=0.0, perceptual=0.0, **{term: 1.0})
     ema = copy.deepcopy(g).requires_grad_(False)
     with torch.no_grad():
         for p in ema.parameters():
             p.add_(torch.randn_like(p) * 0.05)
-    return TrainingParts(
-        generator=g,
-        discriminator=d,
-        criterion=GeneratorCriterion(loss, "bce"),
-        optimizer_g=torch.optim.Adam(g.parameters(), 1e-3),
-        optimizer_d=torch.optim.Adam(d.parameters(), 1e-3),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        runtime=resolve_runtime("cpu", "fp32"),
-        d_loss="bce",
-        update="retain_graph",
-        ema=ema if term == "ldl" else None,
-    )
+    return step_parts(g, d, loss, ema=ema if term == "ldl" else None)
 
 
 @pytest.mark.parametrize("term", TERMS)

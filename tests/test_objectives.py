@@ -12,13 +12,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from srgan.configs.schema import LossConfig, PerceptualConfig
-from srgan.losses import OBJECTIVES, GeneratorCriterion
-from srgan.models import Discriminator, Generator, resolve_runtime
+from conftest import loss_without_vgg, step_parts
+from srgan.losses import OBJECTIVES
+from srgan.models import Discriminator, Generator
 from srgan.models.discriminator_patchgan import PatchGANDiscriminatorSN
 from srgan.models.discriminator_unet import UNetDiscriminatorSN
 from srgan.models.discriminator_vgg import VGGStyleDiscriminator
-from srgan.training import TrainingParts, gan_step
+from srgan.training import gan_step
 
 # Hand-picked logits: one per image (srgan, vgg) and one per pixel (unet).
 REAL = torch.tensor([2.0, -0.5, 0.25, 3.0])
@@ -163,10 +163,10 @@ def plain_step(net_g, net_d, opt_g, opt_d, lq, gt, kind):
     return l_d.detach(), l_g_total.detach()
 
 
-def sgd(params):
+def sgd(module):
     # plain SGD: the weights after the step are the gradients, undistorted
     # (Adam's first step would turn rounding noise in a zero gradient into a full step)
-    return torch.optim.SGD(params, lr=0.1)
+    return torch.optim.SGD(module.parameters(), lr=0.1)
 
 
 @pytest.mark.parametrize("update", ["retain_graph", "detach"])
@@ -177,25 +177,14 @@ def test_gan_step_equals_the_plain_step(d_kind, kind, update):
     g, d = Generator(2, 1, 4, norm="none"), DISCRIMINATORS[d_kind]()
     g_ref, d_ref = copy.deepcopy(g), copy.deepcopy(d)
     g_0, d_0 = copy.deepcopy(g), copy.deepcopy(d)
-    loss = LossConfig(perceptual=PerceptualConfig("vgg16", "relu1_2", "none"))
-    loss.weights.image, loss.weights.adversarial, loss.weights.perceptual = W_IMAGE, W_ADV, 0.0
-    parts = TrainingParts(
-        generator=g,
-        discriminator=d,
-        criterion=GeneratorCriterion(loss, kind),
-        optimizer_g=sgd(g.parameters()),
-        optimizer_d=sgd(d.parameters()),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        runtime=resolve_runtime("cpu", "fp32", False),
-        d_loss=kind,
-        update=update,
-    )
+    loss = loss_without_vgg(image=W_IMAGE, adversarial=W_ADV, perceptual=0.0)
+    parts = step_parts(g, d, loss, kind, optimizer=sgd, channels_last=False, update=update)
     gen = torch.Generator().manual_seed(1)
     gt = torch.rand(3, 3, CROP, CROP, generator=gen)
     lq = F.interpolate(gt, scale_factor=0.5, mode="bicubic").clamp(0, 1)
 
     stats = gan_step(parts, lq, gt)
-    l_d, l_g = plain_step(g_ref, d_ref, sgd(g_ref.parameters()), sgd(d_ref.parameters()), lq, gt, kind)
+    l_d, l_g = plain_step(g_ref, d_ref, sgd(g_ref), sgd(d_ref), lq, gt, kind)
 
     assert stats["d_loss"].item() == pytest.approx(l_d.item(), rel=1e-5)
     assert stats["g_loss"].item() == pytest.approx(l_g.item(), rel=1e-5)
@@ -217,21 +206,10 @@ def test_the_relativistic_g_step_judges_real_images_with_the_updated_d():
     would give another value and another step."""
     torch.manual_seed(0)
     g, d = Generator(2, 1, 4, norm="none"), Discriminator(WIDTH)
-    loss = LossConfig(perceptual=PerceptualConfig("vgg16", "relu1_2", "none"))
-    loss.weights.image, loss.weights.adversarial, loss.weights.perceptual = 0.0, 1.0, 0.0
+    loss = loss_without_vgg(image=0.0, adversarial=1.0, perceptual=0.0)
     d0 = copy.deepcopy(d)
     g0 = copy.deepcopy(g)
-    parts = TrainingParts(
-        generator=g,
-        discriminator=d,
-        criterion=GeneratorCriterion(loss, "relativistic"),
-        optimizer_g=sgd(g.parameters()),
-        optimizer_d=sgd(d.parameters()),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        runtime=resolve_runtime("cpu", "fp32", False),
-        d_loss="relativistic",
-        update="retain_graph",
-    )
+    parts = step_parts(g, d, loss, "relativistic", optimizer=sgd, channels_last=False)
     gt = torch.rand(2, 3, CROP, CROP, generator=torch.Generator().manual_seed(3))
     lq = F.interpolate(gt, scale_factor=0.5, mode="bicubic").clamp(0, 1)
     stats = gan_step(parts, lq, gt)

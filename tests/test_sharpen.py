@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import loss_without_vgg, step_parts
 from srgan.configs import load_config
-from srgan.configs.schema import LossConfig, PerceptualConfig, SharpenTargets
+from srgan.configs.schema import SharpenTargets
 from srgan.files.errors import SrganError
-from srgan.losses import GeneratorCriterion, image_loss, perceptual_loss
+from srgan.losses import image_loss, perceptual_loss
 from srgan.losses.sharpen import unsharp_mask
-from srgan.models import Discriminator, Generator, resolve_runtime
+from srgan.models import Discriminator, Generator
 from srgan.training import TrainingParts, gan_step
 from srgan.training.step import generator_step
 
@@ -52,19 +53,9 @@ def test_the_unsharp_mask_is_its_formula():
 def make_parts(sharpen: SharpenTargets, perceptual: float = 0.0) -> TrainingParts:
     torch.manual_seed(0)
     g, d = Generator(2, 1, 8), Discriminator(8)
-    loss = LossConfig(perceptual=PerceptualConfig("vgg16", "relu1_2", "none"), sharpen_targets=sharpen)
-    loss.weights.image, loss.weights.perceptual = 1.0, perceptual
-    return TrainingParts(
-        generator=g,
-        discriminator=d,
-        criterion=GeneratorCriterion(loss, "bce"),
-        optimizer_g=torch.optim.Adam(g.parameters(), 1e-3),
-        optimizer_d=torch.optim.Adam(d.parameters(), 1e-3),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        runtime=resolve_runtime("cpu", "fp32"),
-        d_loss="bce",
-        update="retain_graph",
-    )
+    loss = loss_without_vgg(image=1.0, perceptual=perceptual)
+    loss.sharpen_targets = sharpen
+    return step_parts(g, d, loss)
 
 
 def batch():

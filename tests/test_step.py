@@ -6,8 +6,8 @@ import copy
 import pytest
 import torch
 
-from srgan.configs.schema import LossConfig, PerceptualConfig
-from srgan.losses import OBJECTIVES, GeneratorCriterion
+from conftest import loss_without_vgg, step_parts
+from srgan.losses import OBJECTIVES
 from srgan.models import Discriminator, Generator, resolve_runtime
 from srgan.training import TrainingParts, gan_step
 from srgan.training.step import generator_step
@@ -16,19 +16,7 @@ from srgan.training.step import generator_step
 def make_parts(update="retain_graph", d_loss="bce", seed=0) -> TrainingParts:
     torch.manual_seed(seed)
     g, d = Generator(2, 1, 8), Discriminator(8)
-    loss = LossConfig(perceptual=PerceptualConfig("vgg16", "relu1_2", "none"))
-    loss.weights.image, loss.weights.tv = 1.0, 1e-4
-    return TrainingParts(
-        generator=g,
-        discriminator=d,
-        criterion=GeneratorCriterion(loss, d_loss),
-        optimizer_g=torch.optim.Adam(g.parameters(), 1e-3),
-        optimizer_d=torch.optim.Adam(d.parameters(), 1e-3),
-        scaler=torch.amp.GradScaler("cpu", enabled=False),
-        runtime=resolve_runtime("cpu", "fp32"),
-        d_loss=d_loss,
-        update=update,
-    )
+    return step_parts(g, d, loss_without_vgg(image=1.0, tv=1e-4), d_loss, update=update)
 
 
 def batches(n=3, seed=1):
