@@ -22,6 +22,7 @@ from srgan.models.precision_choice import for_training
 from srgan.models.runtime import set_deterministic
 from srgan.training.ema import GeneratorEMA
 from srgan.training.loop import build_parts
+from srgan.training.micro_batch import plan_micro_batch
 from srgan.training.step import gan_step, generator_step
 
 
@@ -58,6 +59,13 @@ class StepBench:
         lr = F.interpolate(hr, scale_factor=1 / s, mode="bicubic").clamp(0, 1)
         self.lr, self.hr = self.runtime.tensor(lr), self.runtime.tensor(hr)
         self.gan = config.loss.weights.adversarial > 0
+        # The micro-batch the run would take (train.micro_batch; auto: trial
+        # steps on copies of the networks), timed: the step below sums it, as
+        # the run's would, and the report gives the planning's cost beside the step's.
+        started = time.perf_counter()
+        self.plan = plan_micro_batch(config, self.parts, self.gan)
+        self.plan_s = time.perf_counter() - started
+        self.parts.accumulate = self.plan.accumulate
         self.times: list[float] = []
         self.finite = True
 
@@ -94,6 +102,12 @@ class StepBench:
             "discriminator": config.gan.discriminator,
             "d_loss": config.gan.d_loss,
             "accumulate": config.train.accumulate,
+            # the plan (training/micro_batch.py): the micro-batch, how it was chosen, its predicted peak
+            "micro_batch": self.plan.micro_batch,
+            "plan": self.plan.how,
+            "planned_peak_mb": round(self.plan.peak / 2**20, 1) if self.plan.peak is not None else None,
+            "plan_s": round(self.plan_s, 3),
+            "plan_over_step": round(self.plan_s / median, 3),
             "iters": iters,
             "median_s_per_step": median,
             "min_s_per_step": min(self.times),

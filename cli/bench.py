@@ -124,6 +124,11 @@ def train(
         f"{'channels_last' if result['channels_last'] else 'NCHW'}, update {result['update']}, "
         f"batch {batch}, crop {crop}, peak RSS {result['peak_rss_mb']:.0f} MB"
     )
+    peak = f", predicted peak {result['planned_peak_mb']:.0f} MB" if result["planned_peak_mb"] is not None else ""
+    typer.echo(
+        f"plan: micro-batch {result['micro_batch']} ({result['plan']}{peak}); planning took {result['plan_s']:.2f} s, "
+        f"{result['plan_over_step']:.2f} steps"
+    )
     if "retain_over_detach" in result:
         typer.echo(f"retain_graph / detach, interleaved: {result['retain_over_detach']:.3f}")
     if "compared" in result:

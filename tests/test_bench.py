@@ -57,6 +57,18 @@ def test_bench_train_prints_one_json_line_with_its_figures():
     assert (figures["precision"], figures["update"], figures["device"]) == ("fp32", "retain_graph", "cpu")
     assert figures["batch"] == 2 and figures["crop"] == 32 and figures["finite"] is True
     assert "gflop_per_step" not in figures  # counted only with --flops
+    # the run's plan (train.micro_batch auto): measured, its cost against the step's
+    assert figures["plan"] == "measured" and figures["micro_batch"] in (1, 2)
+    assert figures["planned_peak_mb"] > 0 and figures["plan_s"] > 0
+    assert figures["plan_over_step"] == pytest.approx(figures["plan_s"] / figures["median_s_per_step"], rel=0.01)
+
+
+def test_bench_train_sums_the_micro_batches_the_config_pins():
+    args = [a for v in [*TINY, "train.micro_batch=1"] for a in ("--set", v)]
+    result = run_cli("bench", "train", *args, "--batch", "2", "--crop", "32", "--iters", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (figures["plan"], figures["micro_batch"], figures["planned_peak_mb"]) == ("pinned", 1, None)
 
 
 def test_bench_refuses_a_yardstick_of_other_shapes(tmp_path):
