@@ -289,14 +289,23 @@ def onnx_bytes(generator: SRGenerator, fp16: bool, opset: int, source: str | Pat
         exported = traced_program(network, TRACE_SHAPE, generator, source)
         if not runs_batch(exported, (1, *TRACE_SHAPE[1:])):
             exported = traced_program(network, (1, *TRACE_SHAPE[1:]), generator, source)
-        program = torch.onnx.export(
-            exported,
-            input_names=["input"],
-            output_names=["output"],
-            opset_version=opset,
-            dynamo=True,
-            verbose=False,
-        )
+        try:
+            program = torch.onnx.export(
+                exported,
+                input_names=["input"],
+                output_names=["output"],
+                opset_version=opset,
+                dynamo=True,
+                verbose=False,
+            )
+        except Exception as error:  # traced, but an op the ONNX converter has no function for (ATD's)
+            cause = error.__cause__ or error
+            detail = first_line(cause)
+            detail = detail if detail.startswith(type(cause).__name__) else f"{type(cause).__name__}: {detail}"
+            raise SrganError(
+                f"{source}: {describe_network(generator)} cannot be exported to ONNX: torch {torch.__version__}'s "
+                f"converter fails on its traced program ({detail})"
+            ) from None
     assert program is not None  # the dynamo exporter returns its program
     model = program.model_proto
     written = {entry.domain: entry.version for entry in model.opset_import}.get("", None)

@@ -355,6 +355,36 @@ def test_a_network_the_exporter_cannot_trace_is_refused_in_one_line_naming_the_f
     assert list(tmp_path.iterdir()) == [source]
 
 
+class SortsItsPixels(torch.nn.Module):
+    """A network torch.export traces but torch's ONNX converter cannot
+    translate: an unstable sort (aten.sort.stable, as ATD's token sort)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        _, order = torch.sort(x.argmax(1).flatten(1), dim=-1, stable=False)
+        return self.inner(x) + order.float().mean() * 0
+
+
+def test_a_network_the_onnx_converter_cannot_translate_is_refused_in_one_line(tmp_path, monkeypatch):
+    """ATD (spandrel 0.4.2, torch 2.14.1) traces, then fails in the converter:
+    one line naming the file, the network and the op, nothing written."""
+    from srgan.files.errors import SrganError
+    from srgan.inference import export
+
+    source = spandrel_file(tmp_path / "span.pth", "SPAN")
+    fuse = export.fuse_for_inference
+    monkeypatch.setattr(export, "fuse_for_inference", lambda g: SortsItsPixels(fuse(g)))
+    with pytest.raises(SrganError) as refused:
+        export.export_generator(load_generator(source), tmp_path / "x.onnx", source=source)
+    message = str(refused.value)
+    assert "\n" not in message and str(source) in message and "SPAN" in message
+    assert "converter fails" in message and "aten.sort.stable" in message
+    assert list(tmp_path.iterdir()) == [source]
+
+
 @pytest.mark.parametrize("arch", ["SPAN", "RealPLKSR"])
 @pytest.mark.parametrize("suffix", [".pth", ".safetensors"])
 def test_a_spandrel_file_exports_to_weight_files_srgan_and_spandrel_read(arch, suffix, tmp_path):
