@@ -270,6 +270,31 @@ def test_out_of_memory_at_micro_batch_one_ends_the_run_with_last_pt_kept(photo_d
     assert [c["micro_batch"] for c in run_json(run)["micro_batch_changes"]] == [1]
 
 
+def test_one_trial_plans_the_whole_batch_when_its_bound_fits(photo_dir, tmp_path, monkeypatch):
+    """A step's peak a + b x crops (a >= 0) is at most peak(1 crop) x batch:
+    with room for that, one trial step plans the whole batch (the planning's
+    cost at start-up); with less, a line through trials on 1 and 2 crops
+    decides, and may still find that the whole batch fits. Trial peaks here
+    are 100 MiB + 50 MiB a crop (the real trials: the tests above)."""
+    from srgan.training import micro_batch
+
+    mib, trials = 2**20, []
+
+    def trial_peak(parts, config, gan, crop, samples, base):
+        trials.append(samples)
+        return (100 + 50 * samples) * mib
+
+    monkeypatch.setattr(micro_batch, "trial_peak", trial_peak)
+    for room_mib, expected_trials, peak_mib in ((610, [1], 600), (500, [1, 1, 2], 300), (250, [1, 1, 2], 200)):
+        trials.clear()
+        monkeypatch.setattr(micro_batch, "available_bytes", lambda device, r=room_mib: r * mib / micro_batch.MARGIN)
+        trainer = Trainer(tiny(photo_dir, tmp_path / str(room_mib)))
+        trainer.close()
+        assert trials == expected_trials, room_mib
+        assert trainer.plan.micro_batch == {610: 4, 500: 4, 250: 2}[room_mib]
+        assert trainer.plan.peak == peak_mib * mib  # the bound when one trial decided, else the line's
+
+
 # ---- DDP --------------------------------------------------------------------------
 
 RANK_WITH_LESS = """
@@ -277,7 +302,10 @@ import os, sys
 from srgan.training import micro_batch
 if os.environ["RANK"] == "1":  # this rank's trial steps say only 1 crop's step fits its memory
     micro_batch.available_bytes = lambda device: 1.5 * 2**30
-    micro_batch.fit_peak = lambda parts, config, gan, crop, most: (0.0, 2**30 * micro_batch.MARGIN)
+    per_crop = 2**30 * micro_batch.MARGIN  # fit_peak's (a, b): one trial gives its peak as a
+    micro_batch.fit_peak = lambda parts, config, gan, crop, counts: (
+        (0.0, per_crop) if len(counts) > 1 else (per_crop * counts[0], 0.0)
+    )
 from srgan.cli.app import main
 sys.argv[0] = "srgan"
 main()

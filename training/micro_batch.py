@@ -83,8 +83,9 @@ def pinned_micro_batch(config: Config) -> int | None:
 def plan_micro_batch(config: Config, parts: TrainingParts, gan: bool) -> Plan:
     """The largest micro-batch that divides data.batch_size and whose step's
     peak, fitted as a + b x samples from trial steps on 1 and 2 crops, fits
-    MARGIN of the memory at hand. Raises SrganError, naming the crop, the
-    memory and the largest crop estimated to fit, when one crop does not."""
+    MARGIN of the memory at hand (one trial when its bound says the whole
+    batch fits). Raises SrganError, naming the crop, the memory and the
+    largest crop estimated to fit, when one crop does not."""
     batch, device = config.data.batch_size, parts.runtime.device
     pinned = pinned_micro_batch(config)
     if pinned is not None:
@@ -95,12 +96,18 @@ def plan_micro_batch(config: Config, parts: TrainingParts, gan: bool) -> Plan:
     budget = int(available * MARGIN)
     crop, least = config.data.crop_size, least_micro_batch(parts)
     try:
-        fit = fit_peak(parts, config, gan, crop, tuple(n for n in (least, 2 * least) if n <= batch))
+        first = fit_peak(parts, config, gan, crop, (least,))
     except ValueError as error:  # a BatchNorm on 1x1 features (VGG/U-Net D at a small crop) needs 2 samples
         if least > 1 or batch < 2 or "Expected more than 1 value per channel" not in str(error):
             raise
         least = 2
-        fit = fit_peak(parts, config, gan, crop, tuple(n for n in (2, 4) if n <= batch))
+        first = fit_peak(parts, config, gan, crop, (least,))
+    # A peak a + b x crops with a fixed part a >= 0 is at most peak(least) x
+    # batch / least: when that fits, the whole batch does, and one trial
+    # (the planning's cost at start-up: docs/performance.md) decides.
+    if first is not None and first[0] * batch / least <= budget:
+        return Plan(batch, batch, "measured", peak=int(first[0] * batch / least), available=available, least=least)
+    fit = fit_peak(parts, config, gan, crop, tuple(n for n in (least, 2 * least) if n <= batch))
     if fit is None or fit[0] + fit[1] * least > budget:
         raise SrganError(refusal(parts, config, gan, budget, available, fit))
     a, b = fit
