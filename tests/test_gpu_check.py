@@ -19,7 +19,8 @@ def test_gpu_check_without_a_gpu_skips_the_cuda_parts_and_says_why():
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     checks = summary["checks"]
     assert summary["cuda"] is False
-    skipped = ("cuda tests", "train + resume", "upscale", "bench train", "bench upscale", "rrdb", "degradations")
+    skipped = ("cuda tests", "train + resume", "upscale", "bench train", "bench upscale", "rrdb", "gan knobs")
+    skipped = (*skipped, "degradations")
     for name in (*skipped, "memory planning"):
         assert checks[name]["ok"] is None and "no CUDA device" in checks[name]["skipped"]
     assert checks["torchrun, 1 rank"]["ok"] is True and checks["torchrun, 1 rank"]["backend"] == "gloo"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -457,6 +458,52 @@ def check_memory_planning(work: Path) -> dict:
     }
 
 
+def check_gan_knobs(work: Path) -> dict:
+    """Issue 38's stability knobs on CUDA under fp16 AMP, where R1's input
+    gradient goes through the gradient scaler: the PatchGAN with spectral
+    norm, hinge, R1 every 2 steps, gradient clipping and the warm-up; then a
+    resume. Reports whether R1 and the gradient norms were logged and finite."""
+    run = work / "gan-knobs"
+    knobs = [
+        "gan.discriminator=patchgan",
+        "gan.d_loss=hinge",
+        "gan.r1=1",
+        "gan.r1_every=2",
+        "gan.warmup_steps=5",
+        "train.grad_clip=1",
+        "train.precision=fp16",
+    ]
+    first = srgan(
+        "train",
+        "--config",
+        "demo",
+        *sets(
+            [
+                *TINY,
+                *knobs,
+                "train.device=cuda",
+                "train.max_steps=20",
+                "train.pretrain_steps=10",
+                f"train.run_dir={run}",
+            ]
+        ),
+        timeout=240,
+    )
+    if first.returncode != 0:
+        return {"ok": False, "error": first.stderr.strip().splitlines()[-1:]}
+    again = srgan("train", "--resume", str(run), "--set", "train.max_steps=26", timeout=240)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    r1 = [row["r1"] for row in rows if "r1" in row]
+    norms = [row["d_grad_norm"] for row in rows if "d_grad_norm" in row]
+    return {
+        "ok": again.returncode == 0 and rows[-1]["step"] == 26 and bool(r1) and all(map(math.isfinite, r1)),
+        "r1_rows": len(r1),
+        "last_r1": r1[-1] if r1 else None,
+        "d_grad_norm_max": max(norms) if norms else None,
+        "error": again.stderr.strip().splitlines()[-1:],
+    }
+
+
 CHECKS = [
     ("cuda tests", check_cuda_tests, True),
     ("train + resume", check_train_and_resume, True),
@@ -464,6 +511,7 @@ CHECKS = [
     ("bench train", check_bench_train, True),
     ("bench upscale", check_bench_upscale, True),
     ("rrdb", check_rrdb, True),
+    ("gan knobs", check_gan_knobs, True),
     ("degradations", check_degradations, True),
     ("torchrun, 1 rank", check_ddp_one_rank, False),
     ("memory planning", check_memory_planning, True),
