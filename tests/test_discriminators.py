@@ -84,17 +84,19 @@ def random_state(layout: dict[str, tuple], seed: int) -> dict[str, torch.Tensor]
     return state
 
 
+def assert_has_layout(ours, layout: dict[str, tuple]) -> None:
+    """`ours`' state dict has exactly these names and shapes, and loads a random one of them strictly."""
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == layout
+    ours.load_state_dict(random_state(layout, 0), strict=True)
+
+
 @pytest.mark.parametrize("f, crop", [(64, 128), (8, 64), (4, 32)])
 def test_vgg_discriminator_has_basicsr_names_and_shapes(f, crop):
-    ours = VGGStyleDiscriminator(f, crop)
-    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == vgg_layout(f, crop)
-    ours.load_state_dict(random_state(vgg_layout(f, crop), 0), strict=True)
+    assert_has_layout(VGGStyleDiscriminator(f, crop), vgg_layout(f, crop))
 
 
 def test_unet_discriminator_has_real_esrgan_names_and_shapes():
-    ours = UNetDiscriminatorSN(64)
-    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == unet_layout(64)
-    ours.load_state_dict(random_state(unet_layout(64), 0), strict=True)
+    assert_has_layout(UNetDiscriminatorSN(64), unet_layout(64))
 
 
 def test_vgg_discriminator_computes_basicsr_forward():
@@ -187,9 +189,7 @@ def patchgan_layout(f: int, layers: int) -> dict[str, tuple]:
 
 @pytest.mark.parametrize("f, layers", [(64, 3), (8, 2), (4, 5)])
 def test_patchgan_has_pix2pix_names_and_shapes(f, layers):
-    ours = PatchGANDiscriminatorSN(f, layers)
-    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == patchgan_layout(f, layers)
-    ours.load_state_dict(random_state(patchgan_layout(f, layers), 0), strict=True)
+    assert_has_layout(PatchGANDiscriminatorSN(f, layers), patchgan_layout(f, layers))
 
 
 def test_patchgan_computes_the_n_layer_forward_with_spectral_norm():
