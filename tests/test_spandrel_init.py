@@ -3,7 +3,8 @@ srgan trains (SPAN, RealPLKSR, DAT, SwinIR here, as published: a bare state dict
 params_ema, a .safetensors): the arch, scale and options come from spandrel's
 reading of the file, the config's own options must agree with it, and the
 run starts from exactly its weights. A GAN stage starts from a pretrain run
-of such an architecture."""
+of such an architecture. Every other architecture srgan trains reads a
+community file of it too (OTHERS)."""
 
 from __future__ import annotations
 
@@ -194,3 +195,43 @@ def test_an_architecture_spandrel_runs_but_srgan_does_not_train_is_refused(srgan
     assert_refused(result, "an architecture srgan runs but does not train")
     assert "spandrel reads it as ESRGAN (through spandrel), x8" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+# The other architectures srgan trains, tiny: each built by srgan, its network's
+# weights saved as a bare community state dict, then named by model.init_from.
+OTHERS = {
+    "hat": "{embed_dim: 12, depths: [1], num_heads: [2], window_size: 4, num_feat: 8, squeeze_factor: 2}",
+    "swin2sr": "{embed_dim: 12, depths: [1], num_heads: [2], window_size: 4}",
+    "drct": "{embed_dim: 12, depths: [1], num_heads: [2], window_size: 4}",
+    "fdat": "{embed_dim: 16, num_heads: 2, window_size: 4}",
+    "omnisr": "{num_feat: 8, window_size: 4}",
+    "plksr": "{dim: 8, n_blocks: 1}",
+    "rcan": "{n_resgroups: 1, n_resblocks: 1, n_feats: 8, reduction: 2}",
+    "mosr": "{dim: 8, n_block: 1}",
+    "moesr": "{dim: 8, n_blocks: 1}",
+    "rgt": "{embed_dim: 32, depth: [1], num_heads: [2], split_size: [4, 8]}",
+    "craft": "{embed_dim: 32, depths: [1], num_heads: [2]}",
+    "atd": "{embed_dim: 24, depths: [2], num_heads: [2], window_size: 8, upsampler: pixelshuffle}",
+    "safmn": "{dim: 8, n_blocks: 1}",
+    "ditn": "{dim: 8, ITL_blocks: 1, SAL_blocks: 1, UFONE_blocks: 1}",
+    "dctlsa": "{nf: 20, num_modules: 6, num_head: 5}",
+    "seemore": "{num_experts: 2, num_layers: 1, embedding_dim: 8, topk: 1}",
+}
+
+
+@pytest.mark.parametrize("arch", OTHERS)
+def test_every_other_architecture_starts_from_a_community_file_of_it(arch, tmp_path):
+    """The file's architecture and options come from spandrel's reading of it,
+    and its weights load strictly into the network the completed config builds."""
+    from srgan.models import build_generator
+    from srgan.training.init_from import read_init_files
+
+    torch.manual_seed(0)
+    built = build_generator(load_config("demo", [f"model.arch={arch}", f"model.options={OTHERS[arch]}"]).model)
+    weights = built.network.state_dict()
+    torch.save(weights, tmp_path / f"{arch}.pth")
+    init = read_init_files(load_config("demo", [f"model.arch={arch}", f"model.init_from={tmp_path / f'{arch}.pth'}"]))
+    assert init.config.model.arch == arch and init.generator is not None
+    generator = build_generator(init.config.model)
+    generator.load_state_dict(init.generator, strict=True)
+    assert all(torch.equal(generator.network.state_dict()[key], tensor) for key, tensor in weights.items())
