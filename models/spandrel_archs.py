@@ -418,8 +418,21 @@ def file_settings(network: nn.Module, scale: int) -> dict[str, Any] | None:
         return None
     name, arch = names[0], SPANDREL_ARCHS[names[0]]
     recorded = getattr(network, "hyperparameters", {})
-    options = {key: as_yaml(recorded[key]) for key in settable_options(arch) if key in recorded}
+    settable, hints = settable_options(arch), option_hints(arch)
+    options = {
+        key: as_yaml(whole_if_int(recorded[key], expected_type(hints.get(key), parameter.default)))
+        for key, parameter in settable.items()
+        if key in recorded
+    }
     return {"arch": name, "scale": scale, "options": options}
+
+
+def whole_if_int(value: Any, expected: Any) -> Any:
+    """An option the constructor takes as an int that spandrel computed as a
+    float from a tensor's shape (DITN's ffn_expansion_factor: 2.0): the int."""
+    if expected is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def as_yaml(value: Any) -> Any:
