@@ -67,16 +67,24 @@ class StepBench:
         self.plan_s = time.perf_counter() - started
         self.parts.accumulate = self.plan.accumulate
         self.times: list[float] = []
+        self.untimed = 0  # warm-up steps taken
         self.finite = True
 
     def step(self, timed: bool) -> None:
         set_deterministic(self.deterministic)  # process-wide: set for each config's step in turn
         started = time.perf_counter()
-        stats = (gan_step if self.gan else generator_step)(self.parts, self.lr, self.hr)
+        # GAN steps counted as a run counts them: lazy R1 on one in gan.r1_every, as in training
+        taken = len(self.times) + self.untimed
+        if self.gan:
+            stats = gan_step(self.parts, self.lr, self.hr, gan_steps_before=taken)
+        else:
+            stats = generator_step(self.parts, self.lr, self.hr)
         synchronize(self.runtime.device)
         self.finite = bool(torch.isfinite(stats["g_loss"]))  # also waits for the step
         if timed:
             self.times.append(time.perf_counter() - started)
+        else:
+            self.untimed += 1
 
     def result(self, iters: int) -> dict:
         config, runtime, median = self.config, self.runtime, statistics.median(self.times)
