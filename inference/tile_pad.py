@@ -18,6 +18,11 @@ receptive radius, where tiles are exact): the seam of a pad is the largest
 |difference| over the cell's output, clamped to [0, 1] as a file holds it,
 in 8-bit levels. fp32, TF32 off.
 
+A network whose reach the probe cannot see (SAFMN: a pixel beyond the
+context moves a max-pooled window only where it is the window's largest,
+which the probe's image rarely makes it) is not probed: its pad is its
+receptive radius, counted (models/spandrel_generator.py), up to CAP.
+
 The chosen pad is the smallest that keeps the probe's seam at or below
 LIMIT = 1/4 of an 8-bit level, so that a real tile stays below one level
 with a margin of 4: 2 for the geometry (the probe's cell is cut on two
@@ -60,7 +65,7 @@ class TilePad:
     """The context a tile reads, in input pixels, and where it came from."""
 
     pad: int
-    how: str  # "given" (--tile-pad), "measured" or "cached"
+    how: str  # "given" (--tile-pad), "measured", "counted" (the receptive radius, no probe) or "cached"
     seam: float | None = None  # the probe's largest |tiled - whole| at `pad`, in 8-bit levels
     exact: bool = False  # `pad` is the receptive radius: tiles equal the whole image
     capped: bool = False  # the cap, with a seam above LIMIT still at the largest pad tried below it
@@ -75,6 +80,8 @@ class TilePad:
         if self.exact:
             return f"tile pad {self.pad} ({how}: the receptive radius, exact tiles)"
         seam = "?" if self.seam is None else f"{self.seam:.2g}"
+        if self.capped and self.seam is None:  # counted, not probed: a receptive radius beyond the cap
+            return f"tile pad {self.pad} ({how}: the cap, below the receptive radius; --tile 0 runs whole images)"
         if self.capped:
             return (
                 f"tile pad {self.pad} ({how}: the cap, and still seams of {seam} 8-bit levels at the pad below it; "
@@ -119,6 +126,8 @@ def measure_tile_pad(network: SRGenerator, runtime: Runtime) -> TilePad:
     unit = getattr(network, "unshuffle", 1)  # rrdb x1, x2: the body's grid is coarser than the input's
     radius = network.receptive_radius  # None: not computed (spandrel's architectures)
     cap = CAP * unit if radius is None else min(CAP * unit, radius)
+    if getattr(network, "probe_misses_reach", False) and radius is not None:  # SAFMN's max pooling: no probe
+        return TilePad(cap, "counted", seam=0.0 if cap == radius else None, exact=cap == radius, capped=cap < radius)
     candidates = [p * unit for p in LADDER if p * unit < cap]
     cell = CELL * unit
 

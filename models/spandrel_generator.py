@@ -30,7 +30,8 @@ class SpandrelGenerator(nn.Module):
     """A spandrel ImageModelDescriptor with what srgan's inference reads from
     a generator: scale, arch, channels (for the memory estimate), tile_align,
     receptive_radius (None: attention over shifted windows makes the reach
-    grow with depth, so inference/tile_pad.py measures the pad tiles need)."""
+    grow with depth, so inference/tile_pad.py measures the pad tiles need;
+    SAFMN's is counted) and probe_misses_reach."""
 
     def __init__(self, descriptor: Any, min_batch: int = 1, nchw_on_cpu: bool = False):
         super().__init__()
@@ -42,7 +43,11 @@ class SpandrelGenerator(nn.Module):
         # The widest layer, for the tiles' activation estimate (inference/tiles.py).
         self.channels = max((p.shape[0] for p in self.network.parameters() if p.ndim >= 2), default=64)
         self.tile_align = math.lcm(descriptor.size_requirements.multiple_of, window_grid(self.network))
-        self.receptive_radius: int | None = None
+        self.receptive_radius: int | None = safmn_radius(self.network) if self.arch == "SAFMN" else None
+        # Max pooling: a pixel beyond a tile's context changes a window's maximum only
+        # where it is the largest, which the tile-pad probe's image rarely makes it
+        # (docs/tiling.md): such a network's tiles read its whole receptive radius.
+        self.probe_misses_reach = self.arch == "SAFMN"
         self.min_batch = min_batch  # the smallest micro-batch its training forward runs (models/spandrel_archs.py)
         self.nchw_on_cpu = nchw_on_cpu  # whether it runs faster in NCHW than channels_last on the CPU (the same)
         self.low_precision = {torch.bfloat16: descriptor.supports_bfloat16, torch.float16: descriptor.supports_half}
@@ -72,6 +77,16 @@ class SpandrelGenerator(nn.Module):
         if not d.supports_bfloat16:
             text += ", runs in fp32 (no bf16)"
         return text
+
+
+def safmn_radius(network: nn.Module) -> int:
+    """SAFMN's receptive radius in LR pixels: its 3x3 head and tail, and per
+    block a SAFM, whose coarsest level max-pools 2^(levels-1) px cells and
+    convolves them 3x3 (a pixel reads its cell and one more on each side:
+    up to 3 cells less one pixel away), and the CCM's 3x3 convolution."""
+    blocks = list(network.feats)  # type: ignore[arg-type]
+    cell = 2 ** (blocks[0].safm.n_levels - 1) if blocks else 1
+    return 2 + len(blocks) * (3 * cell - 1 + 1)
 
 
 def window_grid(network: nn.Module) -> int:

@@ -120,6 +120,28 @@ def test_srresnet_and_compact_get_at_most_their_receptive_radius():
         assert seam_levels(g, astronaut_lr(40), 16, chosen.pad) < 1
 
 
+@pytest.mark.parametrize("blocks, radius", [(1, 26), (2, 50), (8, 194)])
+def test_safmn_is_not_probed_its_pad_is_its_counted_radius(blocks, radius):
+    """SAFMN's max pooling hides its reach from the probe (docs/tiling.md):
+    its pad is 2 + 24 a block, exact tiles, up to the cap of 128."""
+    from srgan.configs import load_config
+    from srgan.models import build_generator
+
+    model = load_config("demo", ["model.arch=safmn", f"model.options={{dim: 8, n_blocks: {blocks}}}"]).model
+    g = build_generator(model).eval()
+    assert g.receptive_radius == radius
+    chosen = measure_tile_pad(g, CPU32)
+    assert (chosen.pad, chosen.how, chosen.exact, chosen.capped) == (
+        min(radius, 128),
+        "counted",
+        radius <= 128,
+        radius > 128,
+    )
+    assert ("exact tiles" if radius <= 128 else "below the receptive radius") in chosen.describe()
+    if blocks == 1:  # the counted radius covers what the network reads: tiles at it equal the whole image
+        assert seam_levels(g, astronaut_lr(64), 16, radius) < 1e-3
+
+
 def test_upscale_says_the_pad_measured_cached_or_given(srgan, tmp_path, tile_pad_cache):
     photo = tmp_path / "photo.png"
     Image.fromarray(skimage_photo("coffee")[100:140, 200:250]).save(photo)
