@@ -98,6 +98,8 @@ def tile_pad(network: SRGenerator, runtime: Runtime, given: int | None = None) -
     memory while measuring it."""
     if given is not None:
         return TilePad(given, "given")
+    if getattr(network, "probe_misses_reach", False) and network.receptive_radius is not None:
+        return measure_tile_pad(network, runtime)  # counted, at once: no cache (nor an older probe's entry)
     key = weights_key(network)
     path = cache_file()
     entries = read_cache(path)
