@@ -42,17 +42,13 @@ def check_alpha(alpha: float, option: str = "--alpha") -> float:
     return float(alpha)
 
 
-def blend_state_dicts(
-    a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], alpha: float, origin_b: str = "B", origin_a: str = "A"
-) -> dict[str, torch.Tensor]:
+def blend_state_dicts(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
     """A new state dict: each floating tensor (1 - alpha) * a + alpha * b,
     computed in a's dtype (alpha 0 gives a's tensors exactly, alpha 1 b's);
     integer and bool tensors (BatchNorm's num_batches_tracked, an attention
     layer's index) copied from a, since they count or index and do not
-    interpolate. Raises SrganError naming the first key that b lacks, has in
-    excess, or holds in another shape or dtype kind."""
-    alpha = check_alpha(alpha)
-    check_same_keys(a, b, origin_b, origin_a)
+    interpolate. For state dicts check_same_keys has passed and an alpha
+    check_alpha has (blend_generators checks both)."""
     blended = {}
     for name, tensor in a.items():
         other = b[name].to(device=tensor.device, dtype=tensor.dtype)
@@ -101,13 +97,15 @@ def blend_generators(
     a: SRGenerator, b: nn.Module, alpha: float, origin_b: str = "B", origin_a: str = "A"
 ) -> SRGenerator:
     """`a` with its weights replaced by the blend of a's and b's
-    (blend_state_dicts), in place, and returned. Raises SrganError as
-    blend_state_dicts does, and for generators of other settings."""
+    (blend_state_dicts), in place, and returned. Raises SrganError for an
+    alpha outside [0, 1], naming the first key that b lacks, has in excess
+    or holds in another shape or dtype kind, and for generators of other
+    settings."""
     alpha = check_alpha(alpha)
     mine, theirs = a.state_dict(), b.state_dict()
     check_same_keys(mine, theirs, origin_b, origin_a)  # the first differing key, before any setting
     check_same_settings(a, b, origin_b, origin_a)
-    a.load_state_dict(blend_state_dicts(mine, theirs, alpha, origin_b, origin_a))
+    a.load_state_dict(blend_state_dicts(mine, theirs, alpha))
     return a
 
 
