@@ -19,9 +19,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# BT.601 for RGB in [0, 1] -> YCbCr in [0, 1]: MATLAB rgb2ycbcr's matrix and offsets divided by 255
+from srgan.metrics.psnr_ssim import Y_WEIGHTS
+
+# BT.601 for RGB in [0, 1] -> YCbCr in [0, 1]: MATLAB rgb2ycbcr's matrix and offsets divided by 255,
+# its Y row the one PSNR/SSIM are measured with
 _MATRIX = (
-    (65.481, 128.553, 24.966),
+    Y_WEIGHTS,
     (-37.797, -74.203, 112.0),
     (112.0, -93.786, -18.214),
 )

@@ -14,10 +14,16 @@ import torch.nn.functional as F
 CONVENTION = "Y channel (BT.601, MATLAB rgb2ycbcr), {scale} px border shaved, 8-bit"
 
 
+# BT.601's Y of RGB in [0, 1], MATLAB rgb2ycbcr's row, in [16, 235]: Y = 16 + Y_WEIGHTS . RGB
+# (losses/colour.py's YCbCr shares it)
+Y_WEIGHTS = (65.481, 128.553, 24.966)
+
+
 def rgb8_to_y(image: torch.Tensor) -> torch.Tensor:
     """3xHxW uint8 (or float in 0..255) -> HxW float64 Y in [16, 235]."""
     r, g, b = image.double().unbind(0)
-    return 16.0 + (65.481 * r + 128.553 * g + 24.966 * b) / 255.0
+    wr, wg, wb = Y_WEIGHTS
+    return 16.0 + (wr * r + wg * g + wb * b) / 255.0
 
 
 def quantize(image: torch.Tensor) -> torch.Tensor:
