@@ -98,8 +98,8 @@ def tile_pad(network: SRGenerator, runtime: Runtime, given: int | None = None) -
     memory while measuring it."""
     if given is not None:
         return TilePad(given, "given")
-    if getattr(network, "probe_misses_reach", False) and network.receptive_radius is not None:
-        return measure_tile_pad(network, runtime)  # counted, at once: no cache (nor an older probe's entry)
+    if pad_is_counted(network):
+        return measure_tile_pad(network, runtime)  # at once: no cache (nor an older probe's entry)
     key = weights_key(network)
     path = cache_file()
     entries = read_cache(path)
@@ -122,13 +122,19 @@ def tile_pad(network: SRGenerator, runtime: Runtime, given: int | None = None) -
     return dataclasses.replace(measured, seconds=seconds)
 
 
+def pad_is_counted(network: SRGenerator) -> bool:
+    """Whether the pad is the counted receptive radius, not probed: a network
+    whose reach the probe misses (SAFMN's max pooling) and whose radius is known."""
+    return getattr(network, "probe_misses_reach", False) and network.receptive_radius is not None
+
+
 def measure_tile_pad(network: SRGenerator, runtime: Runtime) -> TilePad:
     """The probe (module docstring): the smallest pad of the ladder whose
     seam is at most LIMIT, the receptive radius or the cap."""
     unit = getattr(network, "unshuffle", 1)  # rrdb x1, x2: the body's grid is coarser than the input's
     radius = network.receptive_radius  # None: not computed (spandrel's architectures)
     cap = CAP * unit if radius is None else min(CAP * unit, radius)
-    if getattr(network, "probe_misses_reach", False) and radius is not None:  # SAFMN's max pooling: no probe
+    if pad_is_counted(network) and radius is not None:  # (pad_is_counted says it is not None; mypy cannot see it)
         return TilePad(cap, "counted", seam=0.0 if cap == radius else None, exact=cap == radius, capped=cap < radius)
     candidates = [p * unit for p in LADDER if p * unit < cap]
     cell = CELL * unit
