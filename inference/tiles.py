@@ -71,10 +71,9 @@ def memory_key(network: SRGenerator, runtime: Runtime) -> str:
     device = runtime.device.type
     if device == "cuda":
         device += f" {torch.cuda.get_device_name(runtime.device)}"
-    nchw = runtime.device.type == "cpu" and getattr(network, "nchw_on_cpu", False)
     head = (
         f"{PROBE}\n{type(network).__name__}\n{network.arch}\n{network.scale}\n{device}\n{runtime.precision}\n"
-        f"{runtime.channels_last and not nchw}\n{torch.__version__}\n"
+        f"{runtime.channels_last}\n{torch.__version__}\n"
     )
     digest = hashlib.sha256(head.encode())
     for name, tensor in network.state_dict().items():

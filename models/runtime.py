@@ -36,13 +36,9 @@ class Runtime:
         return torch.channels_last if self.channels_last else torch.contiguous_format
 
     def place(self, module: M) -> M:
-        """Move a network to the device, in the memory format (NCHW on the CPU
-        for a network that says it runs faster so: models/spandrel_archs.py)."""
-        memory_format = self.memory_format
-        if self.device.type == "cpu" and getattr(module, "nchw_on_cpu", False):
-            memory_format = torch.contiguous_format
+        """Move a network to the device, in the memory format."""
         # Module.to takes a device and a memory_format at once; torch's stubs list them apart.
-        return module.to(self.device, memory_format=memory_format)  # type: ignore[call-overload]
+        return module.to(self.device, memory_format=self.memory_format)  # type: ignore[call-overload]
 
     def tensor(self, x: torch.Tensor) -> torch.Tensor:
         """Move an NCHW batch to the device, in the memory format."""

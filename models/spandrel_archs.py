@@ -49,6 +49,7 @@ from torch import nn
 from srgan.configs.checks import MAX_GENERATOR_PARAMETERS
 from srgan.configs.schema import OWN_ARCHS, ModelConfig
 from srgan.files.errors import SrganError, first_line
+from srgan.models.large_kernel import swap_large_kernels
 from srgan.models.spandrel_generator import BuildBudget, OverBudget, SpandrelGenerator
 
 
@@ -65,9 +66,6 @@ class SpandrelArch:
     # The smallest micro-batch its training forward runs: DAT's channel
     # attention has a BatchNorm over 1x1 pooled features, which one sample cannot normalise.
     min_batch: int = 1
-    # Trained in NCHW on the CPU: PLKSR's large-kernel convolution's backward
-    # runs many times slower in channels_last there (docs/performance.md).
-    nchw_on_cpu: bool = False
 
 
 # The transformers whose `upsampler` defaults to "" (no upsampling: their
@@ -85,9 +83,9 @@ SPANDREL_ARCHS: dict[str, SpandrelArch] = {
     "moesr": SpandrelArch(MoESR, "scale", {"in_ch": 3, "out_ch": 3}),
     "mosr": SpandrelArch(MoSR, "upscale", {"in_ch": 3, "out_ch": 3}),
     "omnisr": SpandrelArch(OmniSR, "up_scale", {"num_in_ch": 3, "num_out_ch": 3}),
-    "plksr": SpandrelArch(PLKSR, "upscaling_factor", nchw_on_cpu=True),
+    "plksr": SpandrelArch(PLKSR, "upscaling_factor"),
     "rcan": SpandrelArch(RCAN, "scale", {"n_colors": 3}),
-    "realplksr": SpandrelArch(RealPLKSR, "upscaling_factor", nchw_on_cpu=True),
+    "realplksr": SpandrelArch(RealPLKSR, "upscaling_factor"),
     "rgt": SpandrelArch(RGT, "upscale", {"in_chans": 3}),
     # SAFMN's constructor has no default width: 36 is the paper's SAFMN (not -L)
     "safmn": SpandrelArch(SAFMN, "upscaling_factor", defaults={"dim": 36}),
@@ -253,6 +251,7 @@ def build_spandrel_generator(model: ModelConfig) -> SpandrelGenerator:
     arch = spandrel_arch(model.arch)
     network = construct(arch, {**arch.fixed, **model.options, arch.scale_option: model.scale})
     check_no_empty_layer(network)
+    swap_large_kernels(network)  # the same weights and keys; a faster weight gradient on the CPU
     for name, module in network.named_modules():
         if name.rpartition(".")[2] in arch.derived:
             module.requires_grad_(False)  # no gradient reaches them: DDP would wait for one
@@ -260,7 +259,7 @@ def build_spandrel_generator(model: ModelConfig) -> SpandrelGenerator:
         descriptor = shapes_only_descriptor(network, model)
     else:
         descriptor = described(network, read_back_checked(network, arch, model), model.scale)
-    return SpandrelGenerator(descriptor, min_batch=arch.min_batch, nchw_on_cpu=arch.nchw_on_cpu)
+    return SpandrelGenerator(descriptor, min_batch=arch.min_batch)
 
 
 def described(network: nn.Module, read_back: Any, scale: int) -> Any:

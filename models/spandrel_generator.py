@@ -33,7 +33,7 @@ class SpandrelGenerator(nn.Module):
     grow with depth, so inference/tile_pad.py measures the pad tiles need;
     SAFMN's is counted) and probe_misses_reach."""
 
-    def __init__(self, descriptor: Any, min_batch: int = 1, nchw_on_cpu: bool = False):
+    def __init__(self, descriptor: Any, min_batch: int = 1):
         super().__init__()
         self.network = descriptor.model  # a submodule: .to(), .eval() and deepcopy reach it
         self.descriptor = descriptor  # pads, calls and crops around self.network
@@ -49,7 +49,6 @@ class SpandrelGenerator(nn.Module):
         # (docs/tiling.md): such a network's tiles read its whole receptive radius.
         self.probe_misses_reach = self.arch == "SAFMN"
         self.min_batch = min_batch  # the smallest micro-batch its training forward runs (models/spandrel_archs.py)
-        self.nchw_on_cpu = nchw_on_cpu  # whether it runs faster in NCHW than channels_last on the CPU (the same)
         self.low_precision = {torch.bfloat16: descriptor.supports_bfloat16, torch.float16: descriptor.supports_half}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -63,8 +62,6 @@ class SpandrelGenerator(nn.Module):
         # Training calls the network itself: the descriptor runs it in eval
         # mode under inference_mode (no gradient) and clamps in place. The
         # training crops already meet its size rule (check_crop, below).
-        if self.nchw_on_cpu and x.device.type == "cpu":
-            x = x.contiguous()  # the weights are NCHW too (Runtime.place): torch picks channels_last if either is
         if self.training:
             return self.network(x)
         return self.descriptor(x)
