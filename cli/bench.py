@@ -127,7 +127,7 @@ def train(
     peak = f", predicted peak {result['planned_peak_mb']:.0f} MB" if result["planned_peak_mb"] is not None else ""
     typer.echo(
         f"plan: micro-batch {result['micro_batch']} ({result['plan']}{peak}); planning took {result['plan_s']:.2f} s, "
-        f"{result['plan_over_step']:.2f} steps"
+        f"{result['plan_over_step']:.2f} steps (the first, cold, step took {result['first_step_s']:.2f} s)"
     )
     if "retain_over_detach" in result:
         typer.echo(f"retain_graph / detach, interleaved: {result['retain_over_detach']:.3f}")

@@ -61,6 +61,7 @@ def test_bench_train_prints_one_json_line_with_its_figures():
     assert figures["plan"] == "measured" and figures["micro_batch"] in (1, 2)
     assert figures["planned_peak_mb"] > 0 and figures["plan_s"] > 0
     assert figures["plan_over_step"] == pytest.approx(figures["plan_s"] / figures["median_s_per_step"], rel=0.01)
+    assert figures["first_step_s"] > 0  # the cold first step, the planning's cost at start-up is judged beside
 
 
 def test_bench_train_sums_the_micro_batches_the_config_pins():
