@@ -295,7 +295,6 @@ def test_one_trial_plans_the_whole_batch_when_its_bound_fits(photo_dir, tmp_path
         assert trainer.plan.peak == peak_mib * mib  # the bound when one trial decided, else the line's
 
 
-
 def test_a_trial_frees_its_copies_with_no_full_collection_unless_a_cycle_holds_one(photo_dir, tmp_path, monkeypatch):
     """Reference counting frees a trial's copies of the networks; a full
     gc.collect (0.15 s with torch loaded, half the demo's planning) runs only
@@ -322,6 +321,7 @@ def test_a_trial_frees_its_copies_with_no_full_collection_unless_a_cycle_holds_o
     finally:
         del parts.discriminator.loop
         gc.enable()
+
 
 # ---- DDP --------------------------------------------------------------------------
 
