@@ -308,6 +308,7 @@ def test_a_trial_frees_its_copies_with_no_full_collection_unless_a_cycle_holds_o
     trainer.close()
     parts, config = trainer.parts, trainer.config
     discriminators = lambda: sum(type(o) is type(parts.discriminator) for o in gc.get_objects())  # noqa: E731
+    gc.collect()  # earlier tests' garbage, which the trial's own collection would otherwise count off
     collections, collect = [], gc.collect
     monkeypatch.setattr(gc, "collect", lambda *generation: collections.append(generation) or collect(*generation))
     gc.disable()  # no automatic collection: only the trial's own
