@@ -3,14 +3,14 @@ forward convolution.
 
 oneDNN's weight-gradient kernels fall off a cliff from a 15x15 kernel up
 (torch 2.14, AVX512 EPYC: a 17x17 16-channel kernel's weight gradient takes
-9x its forward pass, a 13x13 one 1.2x), and RealPLKSR and PLKSR put a 17x17
-kernel in every block. The weight gradient is itself a convolution, of the
+7 to 9 times its forward pass; at 13x13 it is as fast as the swap below),
+and RealPLKSR and PLKSR put a 17x17 kernel in every block. The weight gradient is itself a convolution, of the
 padded input with the output's gradient as the kernel, batch and channels
 swapped:
 
     grad_w[o, i, u, v] = sum_{n, y, x} grad[n, o, y, x] * padded[n, i, y + u, x + v]
 
-which oneDNN runs at its forward rate: 2.5x to 6.7x faster here at 15x15
+which oneDNN runs at its forward rate: 2.1x to 6.7x faster here at 15x15
 and above, and no faster below (docs/performance.md, "Large kernels").
 The module keeps nn.Conv2d's parameters and state dict, so what the run
 saves is still spandrel's network to every loader; only a CPU pass that
