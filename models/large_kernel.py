@@ -1,17 +1,18 @@
 """Large convolution kernels' weight gradient on the CPU, computed as a
 forward convolution.
 
-oneDNN's weight-gradient kernels fall off a cliff from a 15x15 kernel up
-(torch 2.14, AVX512 EPYC: a 17x17 16-channel kernel's weight gradient takes
-7 to 9 times its forward pass; at 13x13 it is as fast as the swap below),
-and RealPLKSR and PLKSR put a 17x17 kernel in every block. The weight gradient is itself a convolution, of the
+oneDNN's weight-gradient kernels fall off a cliff from a kernel 15 wide up,
+whatever its height (torch 2.14, AVX512 EPYC: a 17x17 16-channel kernel's
+weight gradient takes 7 to 9 times its forward pass, a 1x17 one 10 times a
+17x1 one; at 13 wide it is as fast as the swap below), and RealPLKSR and
+PLKSR put a 17x17 kernel in every block. The weight gradient is itself a convolution, of the
 padded input with the output's gradient as the kernel, batch and channels
 swapped:
 
     grad_w[o, i, u, v] = sum_{n, y, x} grad[n, o, y, x] * padded[n, i, y + u, x + v]
 
-which oneDNN runs at its forward rate: 2.1x to 6.7x faster here at 15x15
-and above, and no faster below (docs/performance.md, "Large kernels").
+which oneDNN runs at its forward rate: 2.1x to 14x faster here from 15
+wide, and slower below (a 17x1 kernel: 0.3x) (docs/performance.md, "Large kernels").
 The module keeps nn.Conv2d's parameters and state dict, so what the run
 saves is still spandrel's network to every loader; only a CPU pass that
 needs the weight's gradient takes the other path."""
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.grad import conv2d_input
 
-SMALLEST_SWAPPED_KERNEL = 15  # measured: at 13 and below oneDNN's own weight gradient is as fast
+SMALLEST_SWAPPED_WIDTH = 15  # measured: at 13 wide and below (any height) oneDNN's own weight gradient is as fast
 
 
 class WeightGradAsConvolution(torch.autograd.Function):
@@ -74,10 +75,10 @@ class LargeKernelConv2d(nn.Conv2d):
 
 
 def swaps_weight_grad(conv: nn.Module) -> bool:
-    """Whether `conv` is a plain convolution with a kernel past oneDNN's cliff."""
+    """Whether `conv` is a plain convolution with a kernel past oneDNN's cliff (its width)."""
     return (
         type(conv) is nn.Conv2d
-        and max(conv.kernel_size) >= SMALLEST_SWAPPED_KERNEL
+        and conv.kernel_size[1] >= SMALLEST_SWAPPED_WIDTH
         and conv.stride == (1, 1)
         and conv.dilation == (1, 1)
         and conv.groups == 1

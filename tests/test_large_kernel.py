@@ -89,12 +89,14 @@ def test_only_plain_convolutions_past_the_cliff_are_swapped_with_their_own_param
         nn.Conv2d(4, 4, 15, padding=7, dilation=2),
         nn.Conv2d(4, 4, 15, padding="same"),
         nn.Sequential(nn.Conv2d(4, 4, (1, 17), padding=(0, 8), bias=False)),
+        nn.Conv2d(4, 4, (17, 1), padding=(8, 0)),  # the cliff is in the width: 17 tall is fast
     ).eval()
     before = {k: v.data_ptr() for k, v in network.state_dict().items()}
     rng = torch.get_rng_state()
     assert swap_large_kernels(network) == 2
     assert torch.equal(torch.get_rng_state(), rng)  # no weights drawn: a run's random stream is unchanged
-    assert [type(m) is LargeKernelConv2d for m in (*network[:6], network[6][0])] == [False, True] + [False] * 4 + [True]
+    swapped = [type(m) is LargeKernelConv2d for m in (*network[:6], network[6][0], network[7])]
+    assert swapped == [False, True] + [False] * 4 + [True, False]
     assert {k: v.data_ptr() for k, v in network.state_dict().items()} == before
     assert network[6][0].bias is None and not network[1].training
 
@@ -108,3 +110,13 @@ def test_srgans_realplksr_swaps_its_partial_large_kernel_and_spandrels_keys_stay
     torch.manual_seed(0)
     theirs = RealPLKSR(dim=8, n_blocks=1, kernel_size=15, upscaling_factor=4)
     assert generator.network.state_dict().keys() == theirs.state_dict().keys()
+
+
+def test_plksrs_rectangular_kernels_are_swapped_by_their_width():
+    from srgan.configs import load_config
+
+    options = "model.options={dim: 8, n_blocks: 1, lk_type: RectSparsePLK, kernel_size: 15}"
+    generator = build_generator(load_config("demo", ["model.arch=plksr", options, "data.crop_size=32"]).model)
+    kernels = {m.kernel_size: type(m) for m in generator.modules() if isinstance(m, nn.Conv2d)}
+    assert kernels[(5, 15)] is LargeKernelConv2d  # 15 wide: off oneDNN's cliff
+    assert kernels[(15, 5)] is nn.Conv2d and kernels[(5, 5)] is nn.Conv2d  # 5 wide: oneDNN's own is as fast
