@@ -361,6 +361,48 @@ def test_the_ranks_agree_on_the_smallest_micro_batch(photo_dir, tmp_path):
     assert load_checkpoint(run / "checkpoints" / "last.pt")["micro_batch"] == 1
 
 
+
+RANK_OUT_OF_MEMORY_AT_STEP_4 = """
+import os, sys
+from srgan.training.loop import Trainer
+run_step = Trainer.run_step
+def failing(self, lr, hr, done):  # rank 1 alone: the allocator's error in step 4's update
+    if os.environ["RANK"] == "1" and self.progress.step + 1 == 4:
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+    return run_step(self, lr, hr, done)
+Trainer.run_step = failing
+from srgan.cli.app import main
+sys.argv[0] = "srgan"
+main()
+"""
+
+
+def test_out_of_memory_mid_run_on_one_rank_stops_every_rank_with_the_micro_batch_to_resume_with(photo_dir, tmp_path):
+    """The other rank is inside the step's collectives and cannot halve with
+    it (docs/training.md): the run stops at once, not at the process group's
+    timeout, the failing rank names the micro-batch to resume with, and the
+    last checkpoint (step 3) is kept."""
+    script = tmp_path / "rank_out_of_memory.py"
+    script.write_text(RANK_OUT_OF_MEMORY_AT_STEP_4)
+    run = tmp_path / "run"
+    overrides = tiny_overrides(photo_dir, run, "data.batch_size=2", "data.repeat=8", "train.max_steps=6", "train.save_every=1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
+        + ["train", *set_args([*overrides, "train.micro_batch=2", "train.dist_timeout_s=600"])],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,  # far below the 600 s timeout: the broken group is seen at once
+    )
+    assert done.returncode != 0
+    assert (
+        "rank 1: out of memory at step 4 (RuntimeError: DefaultCPUAllocator: can't allocate memory" in done.stderr
+        and "resume with --set train.micro_batch=1 (the last checkpoint is kept)" in done.stderr
+    ), done.stderr[-3000:]
+    assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == 3
+    assert run_json(run)["state"] == "failed"
+
 def test_the_micro_batch_never_drops_below_what_the_network_trains_on():
     """DAT's BatchNorm needs 2 samples: halving 4 stops at 2, and from 2 there is nothing smaller."""
     assert smaller_micro_batch(12, 12, 1) == 6 and smaller_micro_batch(12, 6, 1) == 3
