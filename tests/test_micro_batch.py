@@ -361,7 +361,6 @@ def test_the_ranks_agree_on_the_smallest_micro_batch(photo_dir, tmp_path):
     assert load_checkpoint(run / "checkpoints" / "last.pt")["micro_batch"] == 1
 
 
-
 RANK_OUT_OF_MEMORY_AT_STEP_4 = """
 import os, sys
 from srgan.training.loop import Trainer
@@ -385,7 +384,8 @@ def test_out_of_memory_mid_run_on_one_rank_stops_every_rank_with_the_micro_batch
     script = tmp_path / "rank_out_of_memory.py"
     script.write_text(RANK_OUT_OF_MEMORY_AT_STEP_4)
     run = tmp_path / "run"
-    overrides = tiny_overrides(photo_dir, run, "data.batch_size=2", "data.repeat=8", "train.max_steps=6", "train.save_every=1")
+    steps = ("data.batch_size=2", "data.repeat=8", "train.max_steps=6", "train.save_every=1")
+    overrides = tiny_overrides(photo_dir, run, *steps)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
@@ -402,6 +402,7 @@ def test_out_of_memory_mid_run_on_one_rank_stops_every_rank_with_the_micro_batch
     ), done.stderr[-3000:]
     assert load_checkpoint(run / "checkpoints" / "last.pt")["step"] == 3
     assert run_json(run)["state"] == "failed"
+
 
 def test_the_micro_batch_never_drops_below_what_the_network_trains_on():
     """DAT's BatchNorm needs 2 samples: halving 4 stops at 2, and from 2 there is nothing smaller."""
