@@ -83,7 +83,7 @@ class StepBench:
         synchronize(self.runtime.device)
         self.finite = bool(torch.isfinite(stats["g_loss"]))  # also waits for the step
         took = time.perf_counter() - started
-        if not self.times and not self.untimed:
+        if taken == 0:
             self.first_step_s = took
         if timed:
             self.times.append(took)
